@@ -1,0 +1,145 @@
+"""``dask gpu worker | info | config | bench``: parse arguments, then call the library."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+
+import click
+
+from dask_gpu import devices, report
+
+_pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
+
+
+@click.group(name="gpu")
+def gpu():
+    """Dask on NVIDIA GPUs: workers, device information, benchmarks."""
+
+
+@gpu.command(name="worker", context_settings={"show_default": True})
+@click.argument("scheduler", required=False)
+@click.option("--scheduler-file", help="File with the scheduler's address, written by `dask scheduler --scheduler-file`.")
+@click.option("--cuda-visible-devices", "visible", help="GPUs to use (indices or UUIDs); default: all visible.")
+@click.option("--nthreads", type=int, help="Threads per GPU worker [config gpu.nthreads: 1].")
+@click.option("--memory-limit", help="Host memory per worker: bytes, '16GB', or 'auto' (split the machine evenly).")
+@click.option("--device-memory-limit", help="Device memory per worker: bytes, '16GB', a fraction 0-1, or 'auto'.")
+@click.option("--resources", help="Extra resources per GPU worker, e.g. 'MEM=10e9 FOO=2'; GPU=1 is always set.")
+@click.option("--name", help="Worker name prefix; each worker is named PREFIX-gpu-N [default: host name].")
+@click.option("--host", help="Host (IP or name) the workers listen on.")
+@click.option("--interface", help="Network interface the workers listen on, e.g. eth0 or ib0.")
+@click.option("--protocol", help="Protocol: tcp, tls, ucx.")
+@click.option("--worker-port", help="Worker port, or a range like 9000:9010 shared out among the GPU workers.")
+@click.option("--nanny-port", help="Nanny port, or a range like 9100:9110.")
+@click.option("--listen-address", help="Address a single worker listens on, e.g. tcp://0.0.0.0:9000.")
+@click.option("--contact-address", help="Address a single worker advertises (with --listen-address), e.g. behind NAT.")
+@click.option("--local-directory", help="Directory for scratch space and spill files.")
+@click.option("--preload", multiple=True, help="Module or file each worker preloads (repeatable).")
+@click.option("--pre-import", help="Modules each worker imports before its first task, comma-separated.")
+@click.option("--death-timeout", type=float, help="Seconds to wait for a scheduler before exiting.")
+@click.option("--pid-file", type=click.Path(dir_okay=False), help="Write this process's id here while it runs.")
+@click.option("--dashboard/--no-dashboard", default=True, help="Serve each worker's dashboard.")
+@click.option("--dashboard-address", default=":0", help="Address of each worker's dashboard.")
+@click.option("--cpu-affinity/--no-cpu-affinity", default=None, help="Pin each worker to the cores nearest its GPU.")
+@click.option("--tls-ca-file", type=_pem, help="CA certificate for TLS.")
+@click.option("--tls-cert", type=_pem, help="Worker certificate for TLS.")
+@click.option("--tls-key", type=_pem, help="Worker private key for TLS.")
+def worker(scheduler, scheduler_file, visible, name, worker_port, nanny_port, listen_address, contact_address,
+           pid_file, tls_ca_file, tls_cert, tls_key, **options):
+    """Start one worker per visible GPU, attached to SCHEDULER (e.g. tcp://host:8786)."""
+    from dask_gpu.launch import apportion_ports, run_nannies, worker_specs
+
+    if not scheduler and not scheduler_file:
+        raise click.UsageError("give the scheduler's address (dask gpu worker tcp://host:8786) or --scheduler-file")
+    if contact_address and not listen_address:
+        raise click.UsageError("--contact-address needs --listen-address")
+    if listen_address and (worker_port or options["host"]):
+        raise click.UsageError("--listen-address already names the host and port: drop --host/--worker-port")
+    security = _security(tls_ca_file, tls_cert, tls_key)
+    try:
+        specs = worker_specs(visible, name or socket.gethostname(), security=security, **options)
+        if listen_address and len(specs) > 1:
+            raise ValueError(
+                f"--listen-address names one address, and {len(specs)} GPU workers need one each: "
+                "use --host with --worker-port ranges, or --cuda-visible-devices to start one GPU"
+            )
+        ports = apportion_ports(worker_port, nanny_port, len(specs))
+    except (ValueError, devices.NoGPUError) as e:
+        raise click.UsageError(str(e)) from None
+    extra = {"listen_address": listen_address, "contact_address": contact_address} if listen_address else {}
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+    try:
+        code = asyncio.run(run_nannies(scheduler, scheduler_file, specs, ports, extra))
+    finally:
+        if pid_file and os.path.exists(pid_file):
+            os.remove(pid_file)
+    sys.exit(code)
+
+
+def _security(ca, cert, key):
+    if not (ca or cert or key):
+        return None  # distributed's own configuration decides
+    if not (ca and cert and key):
+        raise click.UsageError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
+    from distributed.security import Security
+
+    return Security(tls_ca_file=ca, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
+
+
+@gpu.command(name="info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def info(as_json):
+    """Show this machine's GPUs and the GPU libraries installed."""
+    system = devices.discover()
+    if as_json:
+        click.echo(json.dumps(report.system_dict(system), indent=2))
+    else:
+        click.echo(report.system_text(system))
+
+
+@gpu.command(name="config")
+@click.argument("scheduler", required=False)
+@click.option("--scheduler-file", help="File with the scheduler's address.")
+@click.option("--timeout", default="10s", show_default=True, help="How long to try to reach the scheduler.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def config(scheduler, scheduler_file, timeout, as_json):
+    """Show each worker's configuration in the running cluster at SCHEDULER."""
+    from distributed import Client
+
+    if not scheduler and not scheduler_file:
+        raise click.UsageError("give the scheduler's address or --scheduler-file")
+    try:
+        with Client(scheduler, scheduler_file=scheduler_file, timeout=timeout) as client:
+            workers = client.run(report.worker_dict)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise click.ClickException(f"could not reach the scheduler at {scheduler or scheduler_file}: {e}") from None
+    rows = [workers[address] for address in sorted(workers, key=lambda a: str(workers[a]["name"]))]
+    click.echo(json.dumps(rows, indent=2) if as_json else report.workers_text(rows))
+
+
+@gpu.command(name="bench")
+@click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True)
+@click.option("--shape", type=int, help="Side of the square array (overrides --size).")
+@click.option("--chunks", type=int, help="Side of a square chunk (overrides --size).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
+def bench(size, shape, chunks, json_path):
+    """Run the seed workload, (x + 1)[::2, ::2].sum(), on the CPU and on every GPU here."""
+    from dask_gpu.benchmarks import seed
+
+    try:
+        results = seed.run(size, shape, chunks, echo=click.echo)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(seed.table(results))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    gpu()

@@ -1,0 +1,165 @@
+"""LocalCUDACluster: one Dask worker per GPU of this machine, optionally with CPU workers beside them."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from distributed import Scheduler, SpecCluster
+from distributed.core import Status
+from distributed.security import Security
+from distributed.utils import NoOpAwaitable
+
+from dask_gpu import config, devices
+from dask_gpu.options import WorkerOptions
+from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
+
+_CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"self", "workers", "scheduler", "worker"}
+
+
+class LocalCUDACluster(SpecCluster):
+    """A cluster of one worker per visible GPU on this machine.
+
+    Each worker is a Nanny-managed process whose ``CUDA_VISIBLE_DEVICES`` puts its
+    own GPU first, with ``nthreads=1``, ``resources={"GPU": 1}``, and its process
+    pinned to the CPU cores nearest its GPU. Keywords left as None fall back to
+    the ``gpu.*`` configuration (``gpu.yaml``).
+
+    Parameters
+    ----------
+    CUDA_VISIBLE_DEVICES: str or list, optional
+        Devices to use: indices, ``GPU-`` or ``MIG-`` UUIDs or their prefixes.
+        Default: the environment variable, else every GPU.
+    n_workers: int, optional
+        GPU workers to start (default: one per visible device).
+    threads_per_worker, memory_limit, device_memory_limit, local_directory,
+    protocol, pre_import, resources:
+        Per-worker options; see ``dask_gpu.options``.
+    cpu_workers: int, optional
+        CPU-only workers started beside the GPU ones. They see no GPU and have no
+        ``GPU`` resource, so tasks annotated ``resources={"GPU": 1}`` run on GPU
+        workers while other tasks may run anywhere.
+    dashboard_address: str, optional
+        Default ``127.0.0.1:8787``; False turns the dashboard off.
+    security: Security or True, optional
+        TLS settings; True makes temporary self-signed credentials.
+    **kwargs:
+        SpecCluster's keywords (``name``, ``shutdown_on_close``, ...) go to the
+        cluster; any other keyword goes to every worker (e.g. ``death_timeout``).
+    """
+
+    def __init__(
+        self,
+        CUDA_VISIBLE_DEVICES=None,
+        n_workers=None,
+        threads_per_worker=None,
+        memory_limit=None,
+        device_memory_limit=None,
+        local_directory=None,
+        protocol=None,
+        pre_import=None,
+        dashboard_address=None,
+        resources=None,
+        cpu_workers=None,
+        cpu_affinity=None,
+        host=None,
+        scheduler_port=0,
+        interface=None,
+        security=None,
+        silence_logs=logging.WARN,
+        scheduler_kwargs=None,
+        **kwargs,
+    ):
+        self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
+        n_workers = len(self.devices) if n_workers is None else n_workers
+        self._check_count(n_workers)
+        n_cpu = int(config.get("cpu_workers", cpu_workers))
+        if n_cpu < 0:
+            raise ValueError(f"cpu_workers must be >= 0, not {n_cpu}")
+
+        security = Security.temporary() if security is True else security or Security()
+        if not isinstance(security, Security):
+            raise TypeError(f"security must be a distributed.Security or True, not {type(security).__name__}")
+        protocol = protocol or ("tls" if security.require_encryption else None)
+        if host is None and not interface:
+            host = "127.0.0.1"  # nobody else can join unless asked
+
+        cluster_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CLUSTER_KEYWORDS}
+        self.options = WorkerOptions.resolve(
+            nthreads=threads_per_worker,
+            memory_limit=memory_limit,
+            device_memory_limit=device_memory_limit,
+            resources=resources,
+            local_directory=local_directory,
+            pre_import=pre_import,
+            protocol=protocol,
+            cpu_affinity=cpu_affinity,
+            host=host,
+            interface=interface,
+            security=security,
+            silence_logs=silence_logs,
+            dashboard=False,
+            **kwargs,
+        )
+        self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
+        self._gpu_names = {d.label for _, d in self.devices}
+
+        dashboard = config.get("dashboard_address", dashboard_address)
+        scheduler = {
+            "cls": Scheduler,
+            "options": {
+                "host": host,
+                "port": scheduler_port,
+                "interface": interface,
+                "protocol": self.options.protocol,
+                "security": security,
+                "dashboard": bool(dashboard),
+                "dashboard_address": dashboard or None,
+                **(scheduler_kwargs or {}),
+            },
+        }
+        cpu_threads = cpu_worker_threads(len(self.devices), self.options, n_cpu)
+        workers = {f"cpu-{i}": cpu_worker_spec(i, self.options, self._n_total, cpu_threads) for i in range(n_cpu)}
+        for position in range(n_workers):
+            workers[self.devices[position][1].label] = self._spec(position)
+        super().__init__(
+            workers=workers,
+            scheduler=scheduler,
+            worker=self._spec(0),
+            security=security,
+            silence_logs=silence_logs,
+            **cluster_kwargs,
+        )
+
+    def _spec(self, position: int) -> dict:
+        return gpu_worker_spec(self.devices, position, self.options, self._n_total)
+
+    def _check_count(self, n: int):
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self.devices):
+            labels = ", ".join(f"{t} ({d.name})" for t, d in self.devices)
+            raise ValueError(
+                f"cannot run {n!r} GPU workers: {len(self.devices)} GPU(s) are visible ({labels}), "
+                "one worker each. Make more GPUs visible with CUDA_VISIBLE_DEVICES, "
+                "or add CPU-only workers with cpu_workers=N."
+            )
+
+    def new_worker_spec(self) -> dict:
+        """The spec of the first visible device that has no worker yet."""
+        for position, (_, device) in enumerate(self.devices):
+            if device.label not in self.worker_spec:
+                return {device.label: self._spec(position)}
+        raise ValueError(f"every visible GPU already has a worker ({len(self.devices)})")
+
+    def scale(self, n=0, memory=None, cores=None):
+        """Run ``n`` GPU workers (at most one per visible GPU); CPU workers are left as they are."""
+        self._check_count(n)
+        if self.status in (Status.closing, Status.closed):
+            self.worker_spec.clear()  # SpecCluster closes with scale(0): the CPU workers go too
+        gpu = [name for name in self.worker_spec if name in self._gpu_names]
+        for name in gpu[n:]:
+            del self.worker_spec[name]
+        for _ in range(n - len(gpu)):
+            self.worker_spec.update(self.new_worker_spec())
+        self.loop.add_callback(self._correct_state)
+        if self.asynchronous:
+            return NoOpAwaitable()

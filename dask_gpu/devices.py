@@ -1,0 +1,334 @@
+"""What GPUs exist: NVML discovery, simulated devices, and ``CUDA_VISIBLE_DEVICES``.
+
+A machine without NVML, a driver or a GPU is a :class:`State` with a message,
+never an exception at import or discovery time: callers decide whether a
+missing GPU is an error (a GPU cluster) or a fact to report (``dask gpu info``).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dask.utils import parse_bytes
+
+from dask_gpu import config
+
+SIMULATED_MEMORY = 16 * 2**30
+
+
+class State(enum.Enum):
+    AVAILABLE = "available"
+    SIMULATED = "simulated"
+    NO_NVML = "no-nvml"  # the nvidia-ml-py package is not installed
+    NO_DRIVER = "no-driver"  # NVML's library or the driver is missing or failed
+    NO_GPU = "no-gpu"  # the driver works and sees no GPU
+    NVML_ERROR = "nvml-error"  # NVML started but failed reading a GPU
+
+
+class NoGPUError(RuntimeError):
+    """No usable GPU, with the reason and what to do."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU, or one MIG instance of a GPU (then ``mig_index`` is set)."""
+
+    index: int  # NVML index of the physical GPU
+    name: str
+    uuid: str  # "GPU-..." or "MIG-..."
+    memory_total: int
+    cpu_affinity: tuple[int, ...] = ()  # cores nearest the GPU; empty when unknown
+    mig_index: int | None = None
+    mig: tuple[Device, ...] = ()  # MIG instances of a MIG-enabled GPU
+    simulated: bool = False
+
+    @property
+    def label(self) -> str:
+        """Short stable name, used to name workers: ``gpu-0``, ``gpu-0-mig-1``."""
+        if self.mig_index is None:
+            return f"gpu-{self.index}"
+        return f"gpu-{self.index}-mig-{self.mig_index}"
+
+    @property
+    def token(self) -> str:
+        """How CUDA_VISIBLE_DEVICES names this device by default."""
+        return self.uuid if self.mig_index is not None else str(self.index)
+
+
+@dataclass(frozen=True)
+class System:
+    """Result of discovery: the state, the GPUs, and versions when known."""
+
+    state: State
+    devices: tuple[Device, ...] = ()
+    message: str = ""
+    driver_version: str | None = None
+    cuda_version: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.state in (State.AVAILABLE, State.SIMULATED) and bool(self.devices)
+
+    def require(self, what: str = "a GPU cluster") -> System:
+        """Return self, or raise NoGPUError saying why there is no GPU and what to do."""
+        if not self.usable:
+            raise NoGPUError(
+                f"{what} needs a GPU, and none is usable: {self.message} "
+                "To build and test GPU cluster code without a GPU, simulate devices with "
+                "DASK_GPU__SIMULATE=N (or dask.config.set({'gpu.simulate': N})); "
+                "for CPU-only work use distributed.LocalCluster."
+            )
+        return self
+
+
+def discover(simulate=None) -> System:
+    """Describe this machine's GPUs; ``simulate`` (or config ``gpu.simulate``) fakes them."""
+    simulate = config.get("simulate", simulate)
+    if simulate in (None, 0, "", "0"):
+        return nvml_system()
+    return simulated_system(simulate)
+
+
+# -- simulated devices ------------------------------------------------------------
+
+
+def simulated_system(spec) -> System:
+    """Devices from ``gpu.simulate``: a count, or a list of memory sizes."""
+    sizes = _simulated_sizes(spec)
+    cores = _split_cores(sorted(os.sched_getaffinity(0)), len(sizes))
+    devices = tuple(
+        Device(
+            index=i,
+            name="Simulated GPU",
+            uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'dask-gpu-simulated-{i}')}",  # distinct prefixes, like real ones
+            memory_total=size,
+            cpu_affinity=cores[i],
+            simulated=True,
+        )
+        for i, size in enumerate(sizes)
+    )
+    return System(
+        State.SIMULATED,
+        devices,
+        f"{len(devices)} simulated device(s) (gpu.simulate); no GPU is used.",
+        driver_version="simulated",
+        cuda_version="simulated",
+    )
+
+
+def _simulated_sizes(spec) -> list[int]:
+    """A count (4, "4", 4.0) or a list of memory sizes (["16GB", 8e9] or "16GB,8GB")."""
+    if isinstance(spec, str):
+        text = spec.strip()
+        spec = int(text) if text.isdigit() else [t for t in text.split(",") if t.strip()]
+    if isinstance(spec, float) and spec.is_integer():
+        spec = int(spec)
+    if isinstance(spec, bool) or not isinstance(spec, (int, list, tuple)):
+        raise ValueError(f"gpu.simulate must be a count or a list of memory sizes, not {spec!r}")
+    if isinstance(spec, int):
+        if spec < 0:
+            raise ValueError(f"gpu.simulate must be a count >= 0, not {spec}")
+        return [SIMULATED_MEMORY] * spec
+    return [_size(s) for s in spec]
+
+
+def _size(value) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        size = parse_bytes(value.strip()) if isinstance(value, str) else int(value)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(
+            f"gpu.simulate entry {value!r} is not a memory size (e.g. '16GB' or 17179869184)"
+        ) from None
+    if size <= 0:
+        raise ValueError(f"gpu.simulate entry {value!r} must be a positive memory size")
+    return size
+
+
+def _split_cores(cores: Sequence[int], n: int) -> list[tuple[int, ...]]:
+    """Split cores into n contiguous groups, like sockets; share them when too few."""
+    if n == 0:
+        return []
+    if len(cores) < n:
+        return [tuple(cores)] * n
+    step, extra = divmod(len(cores), n)
+    groups, start = [], 0
+    for i in range(n):
+        stop = start + step + (i < extra)
+        groups.append(tuple(cores[start:stop]))
+        start = stop
+    return groups
+
+
+# -- NVML -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def nvml_system() -> System:
+    """The real GPUs, through NVML. Cached: hardware does not change under a process."""
+    try:
+        import pynvml
+    except ImportError:
+        return System(State.NO_NVML, message="the NVML bindings are missing (pip install nvidia-ml-py).")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return System(
+            State.NO_DRIVER,
+            message=f"NVML could not start ({e}): no NVIDIA driver is installed or loaded here.",
+        )
+    try:
+        return _read_nvml(pynvml)
+    except pynvml.NVMLError as e:
+        return System(State.NVML_ERROR, message=f"NVML failed reading the GPUs ({e}); `nvidia-smi` may say more.")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _read_nvml(nvml) -> System:
+    driver = _text(nvml.nvmlSystemGetDriverVersion())
+    cuda = nvml.nvmlSystemGetCudaDriverVersion()
+    cuda = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    devices = tuple(_read_device(nvml, i) for i in range(nvml.nvmlDeviceGetCount()))
+    if not devices:
+        return System(State.NO_GPU, message="the NVIDIA driver sees no GPU.", driver_version=driver, cuda_version=cuda)
+    return System(
+        State.AVAILABLE,
+        devices,
+        f"{len(devices)} GPU(s) found through NVML.",
+        driver_version=driver,
+        cuda_version=cuda,
+    )
+
+
+def _read_device(nvml, index: int) -> Device:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    affinity = _affinity(nvml, handle)
+    return Device(
+        index=index,
+        name=_text(nvml.nvmlDeviceGetName(handle)),
+        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        memory_total=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        cpu_affinity=affinity,
+        mig=_read_mig(nvml, handle, index, affinity),
+    )
+
+
+def _read_mig(nvml, handle, index: int, affinity) -> tuple[Device, ...]:
+    try:
+        current, _ = nvml.nvmlDeviceGetMigMode(handle)
+    except nvml.NVMLError:  # not supported: not a MIG-capable GPU
+        return ()
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    instances = []
+    for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+        except nvml.NVMLError:  # an empty slot
+            continue
+        instances.append(
+            Device(
+                index=index,
+                name=_text(nvml.nvmlDeviceGetName(mig)),
+                uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                memory_total=int(nvml.nvmlDeviceGetMemoryInfo(mig).total),
+                cpu_affinity=affinity,
+                mig_index=len(instances),
+            )
+        )
+    return tuple(instances)
+
+
+def _affinity(nvml, handle) -> tuple[int, ...]:
+    """Cores nearest the GPU, from NVML's bitmask of 64-bit words."""
+    words = ((os.cpu_count() or 1) + 63) // 64
+    try:
+        mask = nvml.nvmlDeviceGetCpuAffinity(handle, words)
+    except nvml.NVMLError:
+        return ()
+    return tuple(64 * w + b for w, bits in enumerate(mask) for b in range(64) if int(bits) >> b & 1)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- CUDA_VISIBLE_DEVICES ---------------------------------------------------------
+
+
+def parse_visible_devices(value) -> tuple[str, ...] | None:
+    """``CUDA_VISIBLE_DEVICES`` as tokens: ints, ``GPU-`` and ``MIG-`` UUIDs (or their prefixes).
+
+    Accepts "0,1", "GPU-8a3f", [0, 1] or None (None: not set). Raises ValueError naming a bad entry.
+    """
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, str):
+        value = value.split(",") if value.strip() else []
+    tokens = []
+    for raw in value:
+        token = str(raw).strip()
+        if isinstance(raw, bool) or not _valid_token(token):
+            raise ValueError(
+                f"CUDA_VISIBLE_DEVICES entry {raw!r} is not a device: use a GPU index (0, 1, ...), "
+                "a GPU UUID ('GPU-...') or a MIG UUID ('MIG-...'), separated by commas"
+            )
+        if token in tokens:
+            raise ValueError(f"CUDA_VISIBLE_DEVICES names device {token!r} twice")
+        tokens.append(token)
+    return tuple(tokens)
+
+
+def _valid_token(token: str) -> bool:
+    if token.isdigit():
+        return True
+    prefix, _, rest = token.partition("-")
+    return prefix.upper() in ("GPU", "MIG") and bool(rest)
+
+
+def select(system: System, visible=None) -> list[tuple[str, Device]]:
+    """The devices a cluster uses, as (CUDA_VISIBLE_DEVICES token, device) pairs.
+
+    ``visible`` (a string or list) wins; else the ``CUDA_VISIBLE_DEVICES`` environment
+    variable; else every GPU, with MIG-enabled GPUs split into their instances.
+    """
+    system.require()
+    tokens = parse_visible_devices(visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if tokens is None:
+        return [(d.token, d) for gpu in system.devices for d in (gpu.mig or (gpu,))]
+    if not tokens:
+        raise ValueError("CUDA_VISIBLE_DEVICES is empty: it hides every GPU. Unset it or name a device.")
+    selected = [(t, _find(system, t)) for t in tokens]
+    uuids = [d.uuid for _, d in selected]
+    for _, device in selected:
+        if uuids.count(device.uuid) > 1:  # e.g. "0,GPU-<uuid of 0>"
+            raise ValueError(f"CUDA_VISIBLE_DEVICES names device {device.uuid} ({device.label}) twice")
+    return selected
+
+
+def _find(system: System, token: str) -> Device:
+    if token.isdigit():
+        for device in system.devices:
+            if device.index == int(token):
+                return device
+        last = len(system.devices) - 1
+        raise ValueError(
+            f"CUDA_VISIBLE_DEVICES entry {token!r} is not a GPU on this machine (indices 0-{last} exist)"
+        )
+    pool = [m for d in system.devices for m in d.mig] if token.upper().startswith("MIG-") else system.devices
+    matches = [d for d in pool if d.uuid.lower().startswith(token.lower())]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(d.uuid for d in pool) or "none"
+    if not matches:
+        raise ValueError(f"CUDA_VISIBLE_DEVICES entry {token!r} matches no device UUID (known: {known})")
+    raise ValueError(f"CUDA_VISIBLE_DEVICES entry {token!r} is ambiguous: it starts {len(matches)} UUIDs ({known})")

@@ -1,0 +1,143 @@
+"""What ``dask gpu info`` and ``dask gpu config`` print: devices, installed libraries, worker settings."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+
+from dask.utils import format_bytes
+
+from dask_gpu.devices import System
+
+# Distributions that matter on a GPU machine; CUDA builds add a suffix (cupy-cuda12x, rmm-cu13, dask-cuda).
+LIBRARIES = ("cupy", "rmm", "distributed-ucxx", "ucxx", "cudf", "torch", "nvidia-ml-py", "dask", "distributed")
+
+
+def installed() -> dict[str, str]:
+    """Versions of the GPU-related distributions installed, read from metadata (nothing is imported)."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name in LIBRARIES or any(name.startswith(prefix + "-cu") for prefix in LIBRARIES):
+            found[name] = dist.version
+    return dict(sorted(found.items()))
+
+
+def system_dict(system: System) -> dict:
+    return {
+        "state": system.state.value,
+        "message": system.message,
+        "driver_version": system.driver_version,
+        "cuda_version": system.cuda_version,
+        "devices": [
+            {
+                "index": d.index,
+                "name": d.name,
+                "uuid": d.uuid,
+                "memory_total": d.memory_total,
+                "cpu_affinity": list(d.cpu_affinity),
+                "mig": [{"uuid": m.uuid, "name": m.name, "memory_total": m.memory_total} for m in d.mig],
+            }
+            for d in system.devices
+        ],
+        "installed": installed(),
+    }
+
+
+def system_text(system: System) -> str:
+    lines = []
+    if system.devices:
+        lines.append(f"NVIDIA driver {system.driver_version}, CUDA {system.cuda_version}: {system.message}")
+        rows = [("#", "name", "memory", "CPU cores", "UUID")]
+        for d in system.devices:
+            rows.append((str(d.index), d.name, format_bytes(d.memory_total), cores_text(d.cpu_affinity), d.uuid))
+            for m in d.mig:
+                rows.append((f"{d.index}.{m.mig_index}", m.name, format_bytes(m.memory_total), "", m.uuid))
+        lines.append(table(rows))
+    else:
+        lines.append(f"No GPU: {system.message}")
+        lines.append("To try GPU cluster code without a GPU, simulate devices: DASK_GPU__SIMULATE=2 dask gpu info")
+    libs = installed()
+    lines.append("Installed: " + ", ".join(f"{k} {v}" for k, v in libs.items()))
+    if not any(k.startswith("cupy") for k in libs):
+        lines.append("CuPy is not installed: pip install 'dask-gpu[cuda12]' or 'dask-gpu[cuda13]' for GPU arrays.")
+    return "\n".join(lines)
+
+
+def worker_dict(dask_worker) -> dict:
+    """A worker's configuration, read inside the worker (``client.run(worker_dict)``)."""
+    plugin = dask_worker.plugins.get("dask-gpu")
+    gpu = plugin.info() if plugin is not None else {}
+    return {
+        "name": dask_worker.name,
+        "address": dask_worker.address,
+        "nthreads": dask_worker.state.nthreads,
+        "memory_limit": dask_worker.memory_manager.memory_limit,
+        "resources": dict(dask_worker.state.total_resources),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "local_directory": dask_worker.local_directory,
+        "pid": os.getpid(),
+        "device": gpu.get("device"),
+        "device_memory_limit": gpu.get("device_memory_limit"),
+        "pre_import": list(gpu.get("pre_import", ())),
+    }
+
+
+def workers_text(rows: list[dict]) -> str:
+    out = [("name", "device", "threads", "memory", "device memory", "CUDA_VISIBLE_DEVICES", "CPU cores", "resources")]
+    for w in rows:
+        device = w["device"] or {}
+        out.append(
+            (
+                str(w["name"]),
+                device.get("name", "-"),
+                str(w["nthreads"]),
+                format_bytes(w["memory_limit"]) if w["memory_limit"] else "unlimited",
+                format_bytes(w["device_memory_limit"]) if w["device_memory_limit"] else "-",
+                w["CUDA_VISIBLE_DEVICES"] if w["CUDA_VISIBLE_DEVICES"] is not None else "(unset)",
+                cores_text(w["cpu_affinity"] or ()),
+                " ".join(f"{k}={v:g}" for k, v in w["resources"].items()) or "-",
+            )
+        )
+    return table(out)
+
+
+def cores_text(cores) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    spans: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans) or "-"
+
+
+def table(rows) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def machine_dict() -> dict:
+    """This machine, for benchmark results: CPU, memory, GPUs, library versions."""
+    import platform
+
+    from dask.system import CPU_COUNT
+    from distributed.system import MEMORY_LIMIT
+
+    from dask_gpu.devices import discover
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": CPU_COUNT,
+        "memory": MEMORY_LIMIT,
+        "python": platform.python_version(),
+        "gpus": system_dict(discover()),
+    }

@@ -1,0 +1,105 @@
+"""The one worker-spec builder: device + options -> distributed's ``{"cls", "options"}``.
+
+LocalCUDACluster and ``dask gpu worker`` both call it, so a worker started either
+way has the same environment, name, resources, limits and plugins.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from dask.system import CPU_COUNT
+from distributed import Nanny
+from distributed.system import MEMORY_LIMIT
+
+from dask_gpu.devices import Device
+from dask_gpu.options import WorkerOptions, device_memory_bytes
+from dask_gpu.plugins import GPUWorker
+
+
+def gpu_worker_spec(
+    devices: Sequence[tuple[str, Device]],
+    position: int,
+    options: WorkerOptions,
+    n_workers: int,
+    name_prefix: str | None = None,
+) -> dict:
+    """Spec of the worker for ``devices[position]``, among the (token, device) pairs in use.
+
+    Its ``CUDA_VISIBLE_DEVICES`` lists every device, rotated so that its own comes
+    first: CUDA's device 0 in that worker is its GPU, and peers stay reachable.
+    """
+    tokens = [token for token, _ in devices]
+    device = devices[position][1]
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(tokens[position:] + tokens[:position])}
+    if "CUDA_DEVICE_ORDER" not in os.environ:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
+    if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
+        env["DASK_DISTRIBUTED__DIAGNOSTICS__NVML"] = "False"
+    plugin = GPUWorker(
+        device=describe(device),
+        device_memory_limit=device_memory_bytes(options.device_memory_limit, device.memory_total),
+        cpu_affinity=usable_cores(device.cpu_affinity) if options.cpu_affinity else (),
+        pre_import=options.pre_import,
+    )
+    name = f"{name_prefix}-{device.label}" if name_prefix else device.label
+    return _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
+
+
+def cpu_worker_spec(index: int, options: WorkerOptions, n_workers: int, nthreads: int) -> dict:
+    """Spec of a CPU-only worker: no GPU visible, no GPU resource, so GPU-tagged tasks avoid it."""
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    resources = {k: v for k, v in options.resources.items() if k != "GPU"}
+    return _nanny(options, n_workers, f"cpu-{index}", nthreads, resources, env, None)
+
+
+def cpu_worker_threads(n_gpu_workers: int, options: WorkerOptions, n_cpu_workers: int) -> int:
+    """Threads for each CPU worker: the cores the GPU workers leave, shared out."""
+    if n_cpu_workers <= 0:
+        return 0
+    return max(1, (CPU_COUNT - n_gpu_workers * options.nthreads) // n_cpu_workers)
+
+
+def host_memory_limit(limit, n_workers: int) -> int:
+    """Host memory per worker: "auto" splits the machine's memory evenly; a fraction is of the machine."""
+    if limit == "auto":
+        return MEMORY_LIMIT // max(n_workers, 1)
+    if isinstance(limit, float):
+        return int(MEMORY_LIMIT * limit)
+    return int(limit)
+
+
+def usable_cores(cores: Sequence[int]) -> tuple[int, ...]:
+    """The device's nearby cores that this process may run on (a container may allow fewer)."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(cores)
+    return tuple(c for c in cores if c in allowed)
+
+
+def describe(device: Device) -> dict:
+    return {
+        "label": device.label,
+        "index": device.index,
+        "mig_index": device.mig_index,
+        "name": device.name,
+        "uuid": device.uuid,
+        "memory_total": device.memory_total,
+    }
+
+
+def _nanny(options: WorkerOptions, n_workers, name, nthreads, resources, env, plugin) -> dict:
+    extra = dict(options.extra)
+    opts = {
+        "name": name,
+        "nthreads": nthreads,
+        "memory_limit": host_memory_limit(options.memory_limit, n_workers),
+        "resources": resources,
+        "env": {**extra.pop("env", {}), **env},
+        "plugins": (*extra.pop("plugins", ()), *([plugin] if plugin else [])),
+        **extra,
+    }
+    if options.local_directory:
+        opts["local_directory"] = options.local_directory
+    if options.protocol:
+        opts["protocol"] = options.protocol
+    return {"cls": Nanny, "options": opts}

@@ -1,0 +1,42 @@
+from importlib.util import find_spec
+
+import dask
+import pytest
+
+
+def real_gpu() -> bool:
+    """A real GPU with CuPy, whatever gpu.simulate says."""
+    from dask_gpu import devices
+
+    return find_spec("cupy") is not None and devices.nvml_system().state is devices.State.AVAILABLE
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not real_gpu():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU, its driver and CuPy")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def simulate():
+    """``simulate(n)``: n simulated devices for the rest of the test."""
+    with dask.config.set({"gpu.simulate": 0}):
+
+        def set_(value):
+            dask.config.set({"gpu.simulate": value})
+
+        yield set_
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A machine without NVML, whatever this one has."""
+    from dask_gpu import devices
+
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)
+    devices.nvml_system.cache_clear()
+    with dask.config.set({"gpu.simulate": 0}):
+        yield
+    devices.nvml_system.cache_clear()

@@ -1,0 +1,121 @@
+import time
+
+import dask
+import pytest
+from distributed import Client, get_worker
+
+from dask_gpu import LocalCUDACluster, NoGPUError, discover
+from dask_gpu.report import worker_dict
+
+
+
+def wait_for(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def by_name(client):
+    return {w["name"]: w for w in client.run(worker_dict).values()}
+
+
+def test_workers_per_device_and_cpu_workers(simulate):
+    simulate(["8GB", "16GB"])
+    with LocalCUDACluster(
+        cpu_workers=1, memory_limit="1GB", device_memory_limit=0.5, resources={"MEM": 5}, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        workers = by_name(client)
+        assert set(workers) == {"gpu-0", "gpu-1", "cpu-0"}
+        gpu0, gpu1, cpu = workers["gpu-0"], workers["gpu-1"], workers["cpu-0"]
+        assert gpu0["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert gpu1["CUDA_VISIBLE_DEVICES"] == "1,0"
+        assert cpu["CUDA_VISIBLE_DEVICES"] == ""
+        assert gpu0["resources"] == {"GPU": 1, "MEM": 5} == gpu1["resources"]
+        assert "GPU" not in cpu["resources"]
+        assert gpu0["nthreads"] == gpu1["nthreads"] == 1
+        assert {w["memory_limit"] for w in workers.values()} == {10**9}
+        assert gpu0["device_memory_limit"] == 4 * 10**9 and gpu1["device_memory_limit"] == 8 * 10**9
+        assert gpu0["device"]["uuid"] == cluster.devices[0][1].uuid
+        # each GPU worker runs on the cores of its (simulated) device, and they differ
+        assert gpu0["cpu_affinity"] == list(cluster.devices[0][1].cpu_affinity)
+        assert gpu1["cpu_affinity"] == list(cluster.devices[1][1].cpu_affinity)
+
+        # GPU-tagged tasks run only on GPU workers
+        with dask.annotate(resources={"GPU": 1}):
+            tagged = dask.delayed(lambda i: get_worker().name)
+            names = dask.compute(*[tagged(i, dask_key_name=f"t-{i}") for i in range(8)])
+        assert set(names) <= {"gpu-0", "gpu-1"}
+        assert client.submit(lambda: get_worker().name, workers=["cpu-0"]).result() == "cpu-0"
+
+
+def test_scale_within_visible_devices(simulate):
+    simulate(3)
+    with LocalCUDACluster(n_workers=1, cpu_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        assert set(cluster.worker_spec) == {"cpu-0", "gpu-0"}
+        cluster.scale(3)
+        client.wait_for_workers(4, timeout=60)
+        assert set(by_name(client)) == {"cpu-0", "gpu-0", "gpu-1", "gpu-2"}
+        cluster.scale(1)
+        wait_for(lambda: len(client.scheduler_info()["workers"]) == 2)
+        assert set(by_name(client)) == {"cpu-0", "gpu-0"}  # the CPU worker stays
+        with pytest.raises(ValueError, match="3 GPU.*visible"):
+            cluster.scale(4)
+        assert set(cluster.worker_spec) == {"cpu-0", "gpu-0"}  # nothing changed
+
+
+def test_visible_devices_rotation_and_config_fallback(simulate):
+    simulate(4)
+    uuid0 = discover().devices[0].uuid
+    with dask.config.set({"gpu.nthreads": 2}), LocalCUDACluster(
+        CUDA_VISIBLE_DEVICES=f"2,{uuid0[:12]}", n_workers=1, dashboard_address=False
+    ) as cluster, Client(cluster) as client:
+        workers = by_name(client)
+        assert list(workers) == ["gpu-2"]
+        assert workers["gpu-2"]["CUDA_VISIBLE_DEVICES"] == f"2,{uuid0[:12]}"
+        assert workers["gpu-2"]["nthreads"] == 2
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=60)
+        assert by_name(client)["gpu-0"]["CUDA_VISIBLE_DEVICES"] == f"{uuid0[:12]},2"
+
+
+def test_pre_import_failure_is_clear(simulate):
+    simulate(1)
+    with pytest.raises(ValueError, match="'no_such_module_xyz' is not installed"):
+        LocalCUDACluster(pre_import="json,no_such_module_xyz", dashboard_address=False)
+
+
+def test_pre_import_runs_in_each_worker(simulate):
+    simulate(1)
+    with LocalCUDACluster(pre_import=["colorsys"], dashboard_address=False) as cluster, Client(cluster) as client:
+        assert client.run(lambda: "colorsys" in __import__("sys").modules) == {
+            w: True for w in client.scheduler_info()["workers"]
+        }
+        assert by_name(client)["gpu-0"]["pre_import"] == ["colorsys"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"n_workers": 3}, ValueError, "2 GPU"),
+        ({"n_workers": -1}, ValueError, "cannot run -1"),
+        ({"CUDA_VISIBLE_DEVICES": "5"}, ValueError, "'5'.*indices 0-1"),
+        ({"CUDA_VISIBLE_DEVICES": "0,x"}, ValueError, "'x'"),
+        ({"device_memory_limit": "64GB"}, ValueError, "larger than the device"),
+        ({"device_memory_limit": 1.5}, ValueError, "between 0 and 1"),
+        ({"threads_per_worker": 0}, ValueError, ">= 1"),
+        ({"cpu_workers": -2}, ValueError, "cpu_workers"),
+        ({"resources": "GPU"}, ValueError, "NAME=AMOUNT"),
+        ({"security": "yes"}, TypeError, "security"),
+    ],
+)
+def test_bad_arguments_fail_before_starting(simulate, kwargs, error, match):
+    simulate(2)
+    with pytest.raises(error, match=match):
+        LocalCUDACluster(dashboard_address=False, **kwargs)
+
+
+def test_no_gpu_is_a_clear_error(no_gpu):
+    with pytest.raises(NoGPUError, match="DASK_GPU__SIMULATE"):
+        LocalCUDACluster()

@@ -1,0 +1,98 @@
+"""On a real GPU: the seeds' code runs on LocalCUDACluster and each worker uses its own device."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, get_worker
+
+from dask_gpu import LocalCUDACluster, discover
+from dask_gpu.benchmarks import seed
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda_uuid() -> str:
+    """UUID of CUDA device 0 in this process, as NVML writes it."""
+    import cupy
+
+    raw = cupy.cuda.runtime.getDeviceProperties(0)["uuid"]
+    h = bytes(raw).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+@pytest.fixture(scope="module")
+def client():
+    # the seed's snippet (000): LocalCUDACluster() + Client
+    cluster = LocalCUDACluster()
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def test_one_worker_per_gpu(client):
+    gpus = [d for d in discover().devices]
+    workers = client.scheduler_info()["workers"].values()
+    assert len(workers) == sum(len(g.mig) or 1 for g in gpus)
+    assert all(w["resources"] == {"GPU": 1} and w["nthreads"] == 1 for w in workers)
+
+
+def test_each_worker_sees_its_own_device(client):
+    def check(dask_worker):
+        import cupy
+
+        mine = dask_worker.plugins["dask-gpu"].info()["device"]["uuid"]
+        x = cupy.arange(10)  # a context on CUDA device 0
+        return mine, cuda_uuid(), int(x.sum()), x.device.id
+
+    seen = client.run(check)
+    for mine, cuda, total, device_id in seen.values():
+        assert cuda.lower() == mine.lower()
+        assert total == 45 and device_id == 0
+    assert len({mine for mine, *_ in seen.values()}) == len(seen)
+
+
+def test_seed_workload_reduced(client):
+    import cupy
+
+    # 001: the 2 TB workload's code, at 3.2 GB
+    rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+    x = rs.normal(10, 1, size=(20000, 20000), chunks=(2000, 2000))
+    total = float((x + 1)[::2, ::2].sum().compute())
+    assert abs(total / (10000 * 10000) - 11) < 1e-3
+    block = x.blocks[0, 0].compute()
+    assert isinstance(block, cupy.ndarray) and block.shape == (2000, 2000)
+
+
+def test_seed_svd(client):
+    import cupy
+
+    # 000: the SVD example
+    with dask.config.set({"array.backend": "cupy"}):
+        rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+        x = rs.random((10000, 1000), chunks=(1000, 1000))
+        u, s, v = da.linalg.svd(x)
+        xc, uc, sc, vc = dask.compute(x, u, s, v)
+    assert isinstance(uc, cupy.ndarray)
+    error = float(cupy.linalg.norm(xc - (uc * sc) @ vc) / cupy.linalg.norm(xc))
+    assert error < 1e-10
+
+
+def test_gpu_tasks_go_to_gpu_workers_beside_cpu_workers():
+    with LocalCUDACluster(cpu_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        def where():
+            import cupy
+
+            return get_worker().name, float(cupy.ones(4).sum())
+
+        with dask.annotate(resources={"GPU": 1}):
+            results = dask.compute(*[dask.delayed(where)(dask_key_name=f"w-{i}") for i in range(4)])
+        assert all(name.startswith("gpu-") and value == 4.0 for name, value in results)
+        assert client.submit(np.ones, 3, workers=["cpu-0"]).result().sum() == 3
+
+
+def test_bench_gpu_column():
+    result = seed.run(shape=4000, chunks=1000, echo=lambda *_: None)
+    gpu = [r for r in result["runs"] if "GPU" in r["architecture"]]
+    assert len(gpu) == 1 and "skipped" not in gpu[0] and gpu[0]["correct"]
