@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import inspect
 import logging
+from importlib.util import find_spec
 
 from distributed import Scheduler, SpecCluster
 from distributed.core import Status
@@ -13,6 +16,8 @@ from distributed.utils import NoOpAwaitable
 from dask_gpu import config, devices
 from dask_gpu.options import WorkerOptions
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
+
+logger = logging.getLogger("dask_gpu")
 
 _CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"self", "workers", "scheduler", "worker"}
 
@@ -105,6 +110,7 @@ class LocalCUDACluster(SpecCluster):
         self._gpu_names = {d.label for _, d in self.devices}
 
         dashboard = config.get("dashboard_address", dashboard_address)
+        self._dashboard = bool(dashboard) and find_spec("bokeh") is not None
         scheduler = {
             "cls": Scheduler,
             "options": {
@@ -113,7 +119,9 @@ class LocalCUDACluster(SpecCluster):
                 "interface": interface,
                 "protocol": self.options.protocol,
                 "security": security,
-                "dashboard": bool(dashboard),
+                # The HTTP server binds now; the dashboard's pages attach once bokeh is
+                # imported (~1 s), in the background while the workers start.
+                "dashboard": False if self._dashboard else None,
                 "dashboard_address": dashboard or None,
                 **(scheduler_kwargs or {}),
             },
@@ -130,6 +138,12 @@ class LocalCUDACluster(SpecCluster):
             silence_logs=silence_logs,
             **cluster_kwargs,
         )
+
+    async def _start(self):
+        await super()._start()
+        if self._dashboard:
+            prefix = self.scheduler_spec["options"].get("http_prefix", "/")
+            self._dashboard_task = asyncio.ensure_future(attach_dashboard(self.scheduler, prefix))
 
     def _spec(self, position: int) -> dict:
         return gpu_worker_spec(self.devices, position, self.options, self._n_total)
@@ -163,3 +177,18 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
+
+
+async def attach_dashboard(scheduler, prefix: str = "/") -> bool:
+    """Add the bokeh dashboard to a running scheduler's HTTP server; warn, never fail, on error."""
+    try:
+        dashboard = await asyncio.get_running_loop().run_in_executor(
+            None, importlib.import_module, "distributed.dashboard.scheduler"
+        )
+        if scheduler.status in (Status.closing, Status.closed):
+            return False
+        dashboard.connect(scheduler.http_application, scheduler.http_server, scheduler, prefix=prefix)
+        return True
+    except Exception as e:  # the cluster works without its dashboard
+        logger.warning("the dashboard could not start: %s", e)
+        return False
