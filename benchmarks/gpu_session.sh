@@ -6,6 +6,7 @@ out=${OUT:-benchmarks/results}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . >/dev/null
+python3 -m compileall -q -j 0 /tmp/site >/dev/null  # bytecode, as a normal pip install leaves it
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for step in "$@"; do
   case $step in

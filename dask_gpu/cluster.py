@@ -121,8 +121,9 @@ class LocalCUDACluster(SpecCluster):
                 "security": security,
                 # The HTTP server binds now; the dashboard's pages attach once bokeh is
                 # imported (~1 s), in the background while the workers start.
-                "dashboard": False if self._dashboard else None,
-                "dashboard_address": dashboard or None,
+                "dashboard": None if dashboard and not self._dashboard else False,  # None: "install bokeh" page
+                # off: a free port on the scheduler's host for its HTTP routes (not 8787, not every interface)
+                "dashboard_address": dashboard or f"{host or ''}:0",
                 **(scheduler_kwargs or {}),
             },
         }

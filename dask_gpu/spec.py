@@ -35,8 +35,6 @@ def gpu_worker_spec(
     env = {"CUDA_VISIBLE_DEVICES": ",".join(tokens[position:] + tokens[:position])}
     if "CUDA_DEVICE_ORDER" not in os.environ:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
-    if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
-        env["DASK_DISTRIBUTED__DIAGNOSTICS__NVML"] = "False"
     plugin = GPUWorker(
         device=describe(device),
         device_memory_limit=device_memory_bytes(options.device_memory_limit, device.memory_total),
@@ -44,7 +42,10 @@ def gpu_worker_spec(
         pre_import=options.pre_import,
     )
     name = f"{name_prefix}-{device.label}" if name_prefix else device.label
-    return _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
+    spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
+    if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
+        spec["options"]["config"] = {**spec["options"].get("config", {}), "distributed.diagnostics.nvml": False}
+    return spec
 
 
 def cpu_worker_spec(index: int, options: WorkerOptions, n_workers: int, nthreads: int) -> dict:

@@ -119,3 +119,28 @@ def test_bad_arguments_fail_before_starting(simulate, kwargs, error, match):
 def test_no_gpu_is_a_clear_error(no_gpu):
     with pytest.raises(NoGPUError, match="DASK_GPU__SIMULATE"):
         LocalCUDACluster()
+
+
+def test_dashboard_attaches_in_the_background(simulate):
+    import urllib.request
+
+    pytest.importorskip("bokeh")  # in the test extra; without it the cluster shows an "install bokeh" page
+    simulate(1)
+    with LocalCUDACluster(dashboard_address="127.0.0.1:0") as cluster:
+        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(cluster.dashboard_link, timeout=5) as page:
+                    assert page.status == 200 and b"bokeh" in page.read().lower()
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard never came up"
+                time.sleep(0.1)
+
+
+def test_no_dashboard_binds_no_fixed_port(simulate):
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False) as cluster:
+        server = cluster.scheduler.http_server
+        assert server.address == "127.0.0.1" and server.port != 8787

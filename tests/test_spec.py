@@ -58,8 +58,8 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
     assert opts["env"] == {
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False",  # simulated devices: distributed must not monitor them
     }
+    assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
     assert opts["resources"] == {"GPU": 1}
     assert opts["nthreads"] == 1
@@ -178,7 +178,6 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "OMP_NUM_THREADS": "1",
         "CUDA_VISIBLE_DEVICES": "2,0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False",
     }
     assert opts["plugins"][0] is other
     assert len(opts["plugins"]) == 2
