@@ -86,7 +86,7 @@ def scheduler(tmp_path):
     """A real ``dask scheduler`` on free ports; yields its scheduler file."""
     path = str(tmp_path / "scheduler.json")
     proc = subprocess.Popen(
-        ["dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1", "--scheduler-file", path],
+        [sys.executable, "-m", "dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1", "--scheduler-file", path],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -102,7 +102,7 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     env = {**os.environ, "DASK_GPU__SIMULATE": "2"}
     log = open(tmp_path / "worker.log", "w")
     worker = subprocess.Popen(
-        ["dask", "gpu", "worker", "--scheduler-file", scheduler, "--name", "node", "--resources", "MEM=2",
+        [sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler, "--name", "node", "--resources", "MEM=2",
          "--nthreads", "2", "--memory-limit", "1GB", "--no-dashboard", "--pid-file", pid_file],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -116,14 +116,14 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
             assert sorted(env_by_name.values()) == [("node-gpu-0", "0,1"), ("node-gpu-1", "1,0")]
 
             config = subprocess.run(
-                ["dask", "gpu", "config", "--scheduler-file", scheduler, "--json"],
+                [sys.executable, "-m", "dask", "gpu", "config", "--scheduler-file", scheduler, "--json"],
                 capture_output=True, text=True, timeout=60,
             )
             assert config.returncode == 0, config.stderr
             rows = json.loads(config.stdout)
             assert [r["name"] for r in rows] == ["node-gpu-0", "node-gpu-1"]
             assert all(r["memory_limit"] == 10**9 and r["device"]["name"] == "Simulated GPU" for r in rows)
-            table = subprocess.run(["dask", "gpu", "config", "--scheduler-file", scheduler],
+            table = subprocess.run([sys.executable, "-m", "dask", "gpu", "config", "--scheduler-file", scheduler],
                                    capture_output=True, text=True, timeout=60)
             assert "node-gpu-1" in table.stdout and "1,0" in table.stdout
 
@@ -145,7 +145,7 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
 
 def test_config_cannot_reach_scheduler():
     result = subprocess.run(
-        ["dask", "gpu", "config", "tcp://127.0.0.1:1", "--timeout", "1s"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "dask", "gpu", "config", "tcp://127.0.0.1:1", "--timeout", "1s"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 1
     assert "could not reach the scheduler" in result.stderr
