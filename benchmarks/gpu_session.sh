@@ -12,7 +12,7 @@ for step in "$@"; do
   case $step in
     tests) python3 -m pytest -p no:cacheprovider -q -rs tests 2>&1 | tee "$out/tests.log" | tail -25 ;;
     gputests) python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests 2>&1 | tee "$out/gputests.log" | tail -25 ;;
-    startup) python3 benchmarks/startup.py --repeat 5 --out "$out/startup.json" 2>&1 | tail -30 ;;
+    startup) python3 benchmarks/startup.py --repeat ${REPEAT:-7} --out "$out/startup.json" 2>&1 | tail -30 ;;
     bench) python3 -m dask gpu bench --size small --json "$out/bench-small.json" 2>&1 | tail -12 ;;
     info) python3 -m dask gpu info ;;
   esac

@@ -59,6 +59,6 @@ def pin_threads(cores) -> bool:
             except ProcessLookupError:  # the thread ended meanwhile
                 pass
     except (OSError, ValueError, AttributeError) as e:  # AttributeError: no sched_setaffinity (macOS)
-        warnings.warn(f"could not pin the worker to CPU cores {sorted(cores)}: {e}; it runs unpinned", RuntimeWarning)
+        warnings.warn(f"could not pin the worker to CPU cores {sorted(cores)}: {e}; it runs unpinned", RuntimeWarning, stacklevel=2)
         return False
     return True

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+import time
 from importlib.util import find_spec
 
 import dask
@@ -40,3 +44,26 @@ def no_gpu(monkeypatch):
     with dask.config.set({"gpu.simulate": 0}):
         yield
     devices.nvml_system.cache_clear()
+
+
+def wait_for_file(path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def scheduler(tmp_path):
+    """A real ``dask scheduler`` on free ports; yields its scheduler file."""
+    path = str(tmp_path / "scheduler.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1", "--scheduler-file", path],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_file(path)
+        yield path
+    finally:
+        proc.terminate()
+        proc.wait(30)

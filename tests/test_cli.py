@@ -74,29 +74,6 @@ def test_apportion_ports(worker_port, nanny_port, n, expected):
     assert apportion_ports(worker_port, nanny_port, n) == expected
 
 
-def wait_for_file(path, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def scheduler(tmp_path):
-    """A real ``dask scheduler`` on free ports; yields its scheduler file."""
-    path = str(tmp_path / "scheduler.json")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1", "--scheduler-file", path],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_file(path)
-        yield path
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
 def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     pid_file = str(tmp_path / "worker.pid")
     env = {**os.environ, "DASK_GPU__SIMULATE": "2"}

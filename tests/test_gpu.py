@@ -96,3 +96,35 @@ def test_bench_gpu_column():
     result = seed.run(shape=4000, chunks=1000, echo=lambda *_: None)
     gpu = [r for r in result["runs"] if "GPU" in r["architecture"]]
     assert len(gpu) == 1 and "skipped" not in gpu[0] and gpu[0]["correct"]
+
+
+def test_cli_worker_on_real_gpus(scheduler, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    n = len(discover().devices)
+    with open(tmp_path / "worker.log", "w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler, "--no-dashboard"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            with Client(scheduler_file=scheduler, timeout="20s") as client:
+                client.wait_for_workers(n, timeout=60)
+
+                def device_total():
+                    import cupy
+
+                    return os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0], float(cupy.ones(10).sum())
+
+                seen = client.run(device_total)
+                assert sorted(first for first, _ in seen.values()) == [str(i) for i in range(n)]
+                assert all(total == 10.0 for _, total in seen.values())
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(60) == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
