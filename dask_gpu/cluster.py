@@ -14,7 +14,7 @@ from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import config, devices
-from dask_gpu.options import WorkerOptions
+from dask_gpu.options import WorkerOptions, parse_count
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
@@ -78,9 +78,7 @@ class LocalCUDACluster(SpecCluster):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers)
-        n_cpu = int(config.get("cpu_workers", cpu_workers))
-        if n_cpu < 0:
-            raise ValueError(f"cpu_workers must be >= 0, not {n_cpu}")
+        n_cpu = parse_count(config.get("cpu_workers", cpu_workers), "cpu_workers")
 
         security = Security.temporary() if security is True else security or Security()
         if not isinstance(security, Security):

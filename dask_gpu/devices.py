@@ -54,6 +54,19 @@ class Device:
             return f"gpu-{self.index}"
         return f"gpu-{self.index}-mig-{self.mig_index}"
 
+    def describe(self) -> dict:
+        """The device as plain data (JSON, worker plugins)."""
+        return {
+            "label": self.label,
+            "index": self.index,
+            "mig_index": self.mig_index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "memory_total": self.memory_total,
+            "cpu_affinity": list(self.cpu_affinity),
+            "simulated": self.simulated,
+        }
+
     @property
     def token(self) -> str:
         """How CUDA_VISIBLE_DEVICES names this device by default."""

@@ -57,11 +57,17 @@ class WorkerOptions:
 
 
 def parse_nthreads(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
-        raise ValueError(f"threads per worker must be a whole number >= 1, not {value!r}")
-    if int(value) < 1:
-        raise ValueError(f"threads per worker must be >= 1, not {value!r}")
-    return int(value)
+    return parse_count(value, "threads per worker", minimum=1)
+
+
+def parse_count(value, what: str, minimum: int = 0) -> int:
+    """A whole number >= minimum, from an int or a string of digits."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not text.lstrip("-").isdigit():
+        raise ValueError(f"{what} must be a whole number >= {minimum}, not {value!r}")
+    if int(text) < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, not {value!r}")
+    return int(text)
 
 
 def parse_memory_limit(value) -> int | float | str:

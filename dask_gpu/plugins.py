@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import warnings
 
 from distributed import WorkerPlugin
-
-logger = logging.getLogger("dask_gpu")
-
 
 class GPUWorker(WorkerPlugin):
     """Prepares a GPU worker before its first task and remembers what it was given.

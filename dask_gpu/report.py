@@ -29,17 +29,7 @@ def system_dict(system: System) -> dict:
         "message": system.message,
         "driver_version": system.driver_version,
         "cuda_version": system.cuda_version,
-        "devices": [
-            {
-                "index": d.index,
-                "name": d.name,
-                "uuid": d.uuid,
-                "memory_total": d.memory_total,
-                "cpu_affinity": list(d.cpu_affinity),
-                "mig": [{"uuid": m.uuid, "name": m.name, "memory_total": m.memory_total} for m in d.mig],
-            }
-            for d in system.devices
-        ],
+        "devices": [{**d.describe(), "mig": [m.describe() for m in d.mig]} for d in system.devices],
         "installed": installed(),
     }
 

@@ -36,7 +36,7 @@ def gpu_worker_spec(
     if "CUDA_DEVICE_ORDER" not in os.environ:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
     plugin = GPUWorker(
-        device=describe(device),
+        device=device.describe(),
         device_memory_limit=device_memory_bytes(options.device_memory_limit, device.memory_total),
         cpu_affinity=usable_cores(device.cpu_affinity) if options.cpu_affinity else (),
         pre_import=options.pre_import,
@@ -75,17 +75,6 @@ def usable_cores(cores: Sequence[int]) -> tuple[int, ...]:
     """The device's nearby cores that this process may run on (a container may allow fewer)."""
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(cores)
     return tuple(c for c in cores if c in allowed)
-
-
-def describe(device: Device) -> dict:
-    return {
-        "label": device.label,
-        "index": device.index,
-        "mig_index": device.mig_index,
-        "name": device.name,
-        "uuid": device.uuid,
-        "memory_total": device.memory_total,
-    }
 
 
 def _nanny(options: WorkerOptions, n_workers, name, nthreads, resources, env, plugin) -> dict:
