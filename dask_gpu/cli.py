@@ -47,6 +47,15 @@ def gpu():
 @click.option("--tls-ca-file", type=_pem, help="CA certificate for TLS.")
 @click.option("--tls-cert", type=_pem, help="Worker certificate for TLS.")
 @click.option("--tls-key", type=_pem, help="Worker private key for TLS.")
+@click.option("--allocator", type=click.Choice(["pool", "async", "managed", "rmm"]),
+              help="Device allocator: CuPy's pool, cudaMallocAsync, managed memory, or RMM [default: pool].")
+@click.option("--rmm-pool-size", help="Initial RMM pool size: bytes, '16GB' or a fraction of the device.")
+@click.option("--rmm-maximum-pool-size", help="Largest RMM pool size: bytes, '16GB' or a fraction of the device.")
+@click.option("--rmm-managed-memory/--no-rmm-managed-memory", default=None, help="RMM over CUDA managed memory.")
+@click.option("--rmm-async/--no-rmm-async", default=None, help="RMM over cudaMallocAsync.")
+@click.option("--rmm-release-threshold", help="Bytes the async pool keeps before releasing memory (async only).")
+@click.option("--rmm-log-directory", help="Directory for RMM allocation logs, one file per worker.")
+@click.option("--rmm-track-allocations/--no-rmm-track-allocations", default=None, help="Track RMM allocations.")
 def worker(scheduler, scheduler_file, visible, name, worker_port, nanny_port, listen_address, contact_address,
            pid_file, tls_ca_file, tls_cert, tls_key, **options):
     """Start one worker per visible GPU, attached to SCHEDULER (e.g. tcp://host:8786)."""

@@ -46,6 +46,10 @@ class LocalCUDACluster(SpecCluster):
         workers while other tasks may run anywhere.
     dashboard_address: str, optional
         Default ``127.0.0.1:8787``; False turns the dashboard off.
+    allocator, rmm_pool_size, rmm_maximum_pool_size, rmm_managed_memory, rmm_async,
+    rmm_release_threshold, rmm_log_directory, rmm_track_allocations:
+        Device memory allocator of each worker (CuPy's pool by default; see
+        ``dask_gpu.memory.allocator``), checked before anything starts.
     security: Security or True, optional
         TLS settings; True makes temporary self-signed credentials.
     **kwargs:
@@ -73,6 +77,14 @@ class LocalCUDACluster(SpecCluster):
         security=None,
         silence_logs=logging.WARN,
         scheduler_kwargs=None,
+        allocator=None,
+        rmm_pool_size=None,
+        rmm_maximum_pool_size=None,
+        rmm_managed_memory=None,
+        rmm_async=None,
+        rmm_release_threshold=None,
+        rmm_log_directory=None,
+        rmm_track_allocations=None,
         **kwargs,
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
@@ -102,6 +114,14 @@ class LocalCUDACluster(SpecCluster):
             security=security,
             silence_logs=silence_logs,
             dashboard=False,
+            allocator=allocator,
+            rmm_pool_size=rmm_pool_size,
+            rmm_maximum_pool_size=rmm_maximum_pool_size,
+            rmm_managed_memory=rmm_managed_memory,
+            rmm_async=rmm_async,
+            rmm_release_threshold=rmm_release_threshold,
+            rmm_log_directory=rmm_log_directory,
+            rmm_track_allocations=rmm_track_allocations,
             **kwargs,
         )
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers

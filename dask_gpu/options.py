@@ -16,6 +16,18 @@ from dask.utils import parse_bytes
 from dask_gpu import config
 
 
+ALLOCATOR_KEYS = (
+    "allocator",
+    "rmm_pool_size",
+    "rmm_maximum_pool_size",
+    "rmm_managed_memory",
+    "rmm_async",
+    "rmm_release_threshold",
+    "rmm_log_directory",
+    "rmm_track_allocations",
+)
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     nthreads: int = 1
@@ -26,6 +38,8 @@ class WorkerOptions:
     pre_import: tuple[str, ...] = ()
     protocol: str | None = None
     cpu_affinity: bool = True
+    # Allocator keywords (ALLOCATOR_KEYS), checked per device by memory.allocator.resolve_allocator.
+    allocator: Mapping[str, object] = field(default_factory=dict)
     # Passed unchanged to each Nanny/Worker (security, preload, death_timeout, ports, ...).
     extra: Mapping[str, object] = field(default_factory=dict)
 
@@ -43,6 +57,7 @@ class WorkerOptions:
         **extra,
     ) -> WorkerOptions:
         """Build options from keywords, falling back to ``gpu.*`` config for each left as None."""
+        allocator = {key: config.get(key, extra.pop(key, None)) for key in ALLOCATOR_KEYS}
         return cls(
             nthreads=parse_nthreads(config.get("nthreads", nthreads)),
             memory_limit=parse_memory_limit(config.get("memory_limit", memory_limit)),
@@ -52,6 +67,7 @@ class WorkerOptions:
             pre_import=parse_pre_import(config.get("pre_import", pre_import)),
             protocol=parse_protocol(config.get("protocol", protocol)),
             cpu_affinity=bool(config.get("cpu_affinity", cpu_affinity)),
+            allocator=MappingProxyType(allocator),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),
         )
 

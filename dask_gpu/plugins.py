@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import logging
 import os
+import sys
 import warnings
 
 from distributed import WorkerPlugin
@@ -11,27 +15,49 @@ from distributed import WorkerPlugin
 class GPUWorker(WorkerPlugin):
     """Prepares a GPU worker before its first task and remembers what it was given.
 
-    Pins the process to the cores nearest its GPU, imports ``pre_import`` modules,
-    and answers :meth:`info` for ``dask gpu config``. It never touches CUDA: the
-    CUDA context is made by the first task that needs it.
+    Pins the process to the cores nearest its GPU, sets up the device allocator with
+    spilling on allocation failure, imports ``pre_import`` modules, exports the device
+    memory metrics, and answers :meth:`info` for ``dask gpu config``. It makes no CUDA
+    context: the first task that needs one does.
     """
 
     name = "dask-gpu"
 
-    def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=()):
+    def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=(), allocator=None):
         self.device = dict(device)
         self.device_memory_limit = device_memory_limit
         self.cpu_affinity = tuple(cpu_affinity)
         self.pre_import = tuple(pre_import)
+        self.allocator = allocator
 
     def setup(self, worker):
+        from dask_gpu.memory import stats
+
         if self.cpu_affinity:
             pin_threads(self.cpu_affinity)
+        if self.allocator is not None and not self.device.get("simulated"):
+            self._prepare_allocator(worker)
         for module in self.pre_import:
             try:
                 importlib.import_module(module)
             except ImportError as e:
                 raise ImportError(f"pre_import: worker {worker.name} could not import {module!r}: {e}") from e
+        stats.export(worker)
+
+    def _prepare_allocator(self, worker):
+        """The allocator, with spilling on allocation failure, before the first allocation.
+
+        CuPy's default pool is prepared when CuPy is first imported, so that a worker that
+        never uses CuPy never pays for importing it; any other allocator is set up now.
+        """
+        from dask_gpu.memory.allocator import setup_allocator
+
+        spill = getattr(worker.data, "spill", lambda nbytes: 0)
+        describe = getattr(worker.data, "describe", lambda: "no device tier (device_memory_limit=0)")
+        if self.allocator.lazy:
+            when_imported("cupy", lambda _: setup_allocator(self.allocator, spill, describe))
+        else:
+            setup_allocator(self.allocator, spill, describe)
 
     def info(self) -> dict:
         return {
@@ -39,6 +65,7 @@ class GPUWorker(WorkerPlugin):
             "device_memory_limit": self.device_memory_limit,
             "cpu_affinity": self.cpu_affinity,
             "pre_import": self.pre_import,
+            "allocator": self.allocator.describe() if self.allocator is not None else None,
         }
 
 
@@ -58,3 +85,38 @@ def pin_threads(cores) -> bool:
         warnings.warn(f"could not pin the worker to CPU cores {sorted(cores)}: {e}; it runs unpinned", RuntimeWarning, stacklevel=2)
         return False
     return True
+
+
+def when_imported(name: str, callback) -> None:
+    """Call ``callback(module)`` once module ``name`` is imported: now if it already is.
+
+    Lets a worker prepare a library (CuPy's allocator) before its first use without
+    paying for its import at start-up, when no task may ever need it.
+    """
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and let the other finders find the real module
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                try:
+                    self.callback(module)
+                except Exception:  # never break the user's import
+                    logging.getLogger("dask_gpu").exception("preparing %s after its import failed", fullname)
+
+            spec.loader.exec_module = exec_module
+        return spec

@@ -14,6 +14,8 @@ from distributed import Nanny
 from distributed.system import MEMORY_LIMIT
 
 from dask_gpu.devices import Device
+from dask_gpu.memory.allocator import resolve_allocator
+from dask_gpu.memory.store import DeviceHostDiskStore
 from dask_gpu.options import WorkerOptions, device_memory_bytes
 from dask_gpu.plugins import GPUWorker
 
@@ -35,14 +37,19 @@ def gpu_worker_spec(
     env = {"CUDA_VISIBLE_DEVICES": ",".join(tokens[position:] + tokens[:position])}
     if "CUDA_DEVICE_ORDER" not in os.environ:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
+    device_limit = device_memory_bytes(options.device_memory_limit, device.memory_total)
     plugin = GPUWorker(
         device=device.describe(),
-        device_memory_limit=device_memory_bytes(options.device_memory_limit, device.memory_total),
+        device_memory_limit=device_limit,
         cpu_affinity=usable_cores(device.cpu_affinity) if options.cpu_affinity else (),
         pre_import=options.pre_import,
+        allocator=resolve_allocator(**options.allocator, device_memory=device.memory_total),
     )
     name = f"{name_prefix}-{device.label}" if name_prefix else device.label
     spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
+    if device_limit:  # 0: no device tier, distributed's own data store
+        host_limit = spec["options"]["memory_limit"]
+        spec["options"]["data"] = (DeviceHostDiskStore, {"device_memory_limit": device_limit, "memory_limit": host_limit})
     if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
         spec["options"]["config"] = {**spec["options"].get("config", {}), "distributed.diagnostics.nvml": False}
     return spec

@@ -307,6 +307,7 @@ def test_resolve_keywords_win_over_config():
         pre_import=("json",),
         protocol="tcp",
         cpu_affinity=False,
+        allocator=DEFAULT_ALLOCATOR,
         extra={},
     )
     assert given == WorkerOptions(
@@ -318,8 +319,28 @@ def test_resolve_keywords_win_over_config():
         pre_import=("xml.dom",),
         protocol="tls",
         cpu_affinity=True,
+        allocator=DEFAULT_ALLOCATOR,
         extra={},
     )
+
+
+DEFAULT_ALLOCATOR = {
+    "allocator": None,
+    "rmm_pool_size": None,
+    "rmm_maximum_pool_size": None,
+    "rmm_managed_memory": False,
+    "rmm_async": False,
+    "rmm_release_threshold": None,
+    "rmm_log_directory": None,
+    "rmm_track_allocations": False,
+}
+
+
+def test_allocator_keywords_collected_with_config_fallback():
+    with dask.config.set({"gpu.rmm-pool-size": "2GB"}):
+        options = WorkerOptions.resolve(rmm_async=True)
+    assert options.allocator == {**DEFAULT_ALLOCATOR, "rmm_pool_size": "2GB", "rmm_async": True}
+    assert not set(options.allocator) & set(options.extra)  # not passed on to the workers as such
 
 
 def test_resolve_none_falls_back_to_config():

@@ -267,7 +267,7 @@ def plugin(**kwargs) -> GPUWorker:
 
 
 def fake_worker(name="gpu-0"):
-    return types.SimpleNamespace(name=name)
+    return types.SimpleNamespace(name=name, data={}, metrics={})
 
 
 def test_plugin_name_and_info():
@@ -278,6 +278,7 @@ def test_plugin_name_and_info():
         "device_memory_limit": 123,
         "cpu_affinity": (0,),
         "pre_import": ("json",),
+        "allocator": None,
     }
 
 

@@ -1,0 +1,1 @@
+"""Device memory: device-object dispatch, allocators, and the device -> host -> disk store."""

@@ -1,0 +1,227 @@
+"""A worker's data in three tiers: device -> host -> disk.
+
+Device objects (see :mod:`dask_gpu.memory.dispatch`) live in the device tier up to
+``device_memory_limit`` bytes, counted per underlying allocation, so that views and
+objects sharing memory are counted once. Past the limit, the least recently used ones
+move to the host tier: distributed's own ``SpillBuffer`` (a zict buffer), which keeps up
+to ``memory_limit`` bytes in memory and spills the rest to disk files under the worker's
+local directory, compressed as ``distributed.worker.memory.spill-compression`` says.
+Reading a spilled device object moves it back to the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Hashable, Iterator, Mapping, MutableMapping
+from types import MappingProxyType
+
+import dask
+from dask.utils import format_bytes, parse_bytes
+from distributed.spill import SpillBuffer
+
+from dask_gpu.memory import dispatch
+
+logger = logging.getLogger("dask_gpu.memory")
+
+
+class DeviceHostDiskStore(MutableMapping):
+    """Worker data with device, host and disk tiers; ``Worker(data=(DeviceHostDiskStore, kwargs))``.
+
+    Thread-safe: tasks that fail to allocate call :meth:`spill` from their own threads.
+    """
+
+    def __init__(self, device_memory_limit: int, memory_limit: int = 0, worker_local_directory: str | None = None):
+        self.device_memory_limit = int(device_memory_limit) or sys.maxsize
+        self._lock = threading.RLock()
+        self._device: OrderedDict[Hashable, object] = OrderedDict()  # least recently used first
+        self._held: dict[Hashable, list[Hashable]] = {}  # key -> the allocations it keeps alive
+        self._allocations: dict[Hashable, list[int]] = {}  # allocation id -> [bytes, number of keys]
+        self.device_bytes = 0
+        self._spilled: set[Hashable] = set()  # keys whose host-tier value is a device object's host copy
+        self.counters: defaultdict[str, float] = defaultdict(float)
+
+        root = worker_local_directory or tempfile.mkdtemp(prefix="dask-gpu-")
+        self._directory = os.path.join(root, "storage")
+        fraction = dask.config.get("distributed.worker.memory.target") or dask.config.get(
+            "distributed.worker.memory.spill"
+        )
+        target = int(memory_limit * fraction) if memory_limit and fraction else sys.maxsize
+        max_spill = dask.config.get("distributed.worker.memory.max-spill")
+        self._host = SpillBuffer(self._directory, target=target, max_spill=max_spill and parse_bytes(max_spill))
+
+    # -- the views -----------------------------------------------------------------
+
+    @property
+    def device(self) -> Mapping:
+        """Keys held in device memory (read-only)."""
+        return MappingProxyType(self._device)
+
+    @property
+    def host(self) -> Mapping:
+        """Keys held in host memory, spilled device objects as host copies (read-only)."""
+        return self._host.fast
+
+    @property
+    def disk(self) -> Mapping:
+        """Keys spilled to disk (read-only)."""
+        return self._host.slow
+
+    # -- MutableMapping -------------------------------------------------------------
+
+    def __setitem__(self, key, value) -> None:
+        with self._lock:
+            if key in self:
+                del self[key]
+            if dispatch.is_device(value):
+                self._device[key] = value
+                self._hold(key, dispatch.device_buffers(value))
+                self._shrink(self.device_memory_limit)
+            else:
+                self._host[key] = value
+
+    def __getitem__(self, key):
+        with self._lock:
+            if key in self._device:
+                self._device.move_to_end(key)
+                return self._device[key]
+            if key not in self._spilled:
+                return self._host[key]
+            start = time.perf_counter()
+            value = dispatch.to_device(self._host[key])
+            self._count("host-to-device", dispatch.device_nbytes(value), start)
+            del self._host[key]
+            self._spilled.discard(key)
+            self[key] = value
+            return value
+
+    def __delitem__(self, key) -> None:
+        with self._lock:
+            if key in self._device:
+                del self._device[key]
+                self._release(key)
+            else:
+                del self._host[key]
+                self._spilled.discard(key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._device or key in self._host
+
+    def __iter__(self) -> Iterator:
+        with self._lock:
+            return iter([*self._device, *self._host])
+
+    def __len__(self) -> int:
+        return len(self._device) + len(self._host)
+
+    # -- spilling -------------------------------------------------------------------
+
+    def spill(self, nbytes: int) -> int:
+        """Move least recently used device data to the host until ``nbytes`` of device
+        memory are released or the device tier is empty; the bytes released.
+
+        Called when an allocation fails: memory that a running task still references is
+        counted as released here but comes back only when the task lets it go.
+        """
+        with self._lock:
+            before = self.device_bytes
+            self._shrink(max(self.device_bytes - int(nbytes), 0))
+            return before - self.device_bytes
+
+    def evict(self) -> int:
+        """For distributed's memory manager: move one host-tier key to disk; its size, or -1."""
+        with self._lock:
+            return self._host.evict() if self._host.fast else -1
+
+    @property
+    def fast(self):
+        """What the memory manager may evict (see :meth:`evict`)."""
+        return self._host.fast
+
+    def _shrink(self, limit: int) -> None:
+        while self.device_bytes > limit and self._device:
+            key, value = next(iter(self._device.items()))
+            start = time.perf_counter()
+            try:
+                host = dispatch.to_host(value)
+            except Exception:  # e.g. no device memory left to make a strided array contiguous
+                logger.exception("could not move %r to host memory; it stays on the device", key)
+                self._device.move_to_end(key)
+                return
+            del self._device[key]
+            released = self._release(key)
+            self._host[key] = host
+            self._spilled.add(key)
+            self._count("device-to-host", released, start)
+
+    def _hold(self, key, buffers) -> None:
+        buffers = dict(buffers)  # distinct allocations
+        self._held[key] = list(buffers)
+        for ident, nbytes in buffers.items():
+            entry = self._allocations.setdefault(ident, [nbytes, 0])
+            if entry[1] == 0:
+                self.device_bytes += nbytes
+            entry[1] += 1
+
+    def _release(self, key) -> int:
+        """Forget the allocations ``key`` kept alive; the bytes no other key holds."""
+        released = 0
+        for ident in self._held.pop(key, ()):
+            entry = self._allocations[ident]
+            entry[1] -= 1
+            if entry[1] == 0:
+                released += entry[0]
+                del self._allocations[ident]
+        self.device_bytes -= released
+        return released
+
+    def _count(self, direction: str, nbytes: int, start: float) -> None:
+        self.counters[f"{direction}-count"] += 1
+        self.counters[f"{direction}-bytes"] += nbytes
+        self.counters[f"{direction}-seconds"] += time.perf_counter() - start
+
+    # -- reporting --------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """One line on what the device tier holds, for out-of-memory errors."""
+        with self._lock:
+            largest = sorted(self._device, key=lambda k: -dispatch.device_nbytes(self._device[k]))[:3]
+            named = ", ".join(f"{k!r} ({format_bytes(dispatch.device_nbytes(self._device[k]))})" for k in largest)
+            return (
+                f"{format_bytes(self.device_bytes)} in {len(self._device)} key(s) in its device tier"
+                + (f" (largest {named})" if named else "")
+                + f" and {len(self._spilled)} key(s) already spilled to host or disk"
+            )
+
+    def metrics(self) -> dict:
+        """Bytes and keys per tier, and the spill traffic so far."""
+        with self._lock:
+            memory, disk = self._host.spilled_total
+            return {
+                "device-bytes": self.device_bytes,
+                "device-keys": len(self._device),
+                "device-limit": self.device_memory_limit,
+                "host-bytes": self._host.fast.total_weight,
+                "host-keys": len(self._host.fast),
+                "disk-bytes": disk,
+                "disk-keys": len(self._host.slow),
+                **{k: v for k, v in self.counters.items()},
+                **{f"host-{label}-{unit}": v for (label, unit), v in self._host.cumulative_metrics.items()},
+            }
+
+    def close(self) -> None:
+        """Drop every key and remove the spill files."""
+        with self._lock:
+            self._device.clear()
+            self._held.clear()
+            self._allocations.clear()
+            self.device_bytes = 0
+            self._spilled.clear()
+            self._host.clear()
+            shutil.rmtree(self._directory, ignore_errors=True)
