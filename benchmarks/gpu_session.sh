@@ -15,5 +15,7 @@ for step in "$@"; do
     startup) python3 benchmarks/startup.py --repeat ${REPEAT:-7} --out "$out/startup.json" 2>&1 | tail -30 ;;
     bench) python3 -m dask gpu bench --size small --json "$out/bench-small.json" 2>&1 | tail -12 ;;
     info) python3 -m dask gpu info ;;
+    spill) python3 benchmarks/spill.py --out "$out/spill.json" 2>&1 | tail -20 ;;
+    oversubscribe) python3 benchmarks/oversubscribe.py --out "$out/oversubscribe.json" 2>&1 | tail -8 ;;
   esac
 done

@@ -297,6 +297,19 @@ def test_cupy_through_pickle_and_disk_serialisation(cupy):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_cupy_large_copy_back_from_pageable_memory(cupy, layout):
+    """Back from disk a copy is in pageable memory; F order survives the trip."""
+    x = cupy.asarray(random_array("float64", (6298, 1000), seed=6))
+    x = x if layout == "C" else cupy.asfortranarray(x)  # (may canonicalise NaNs: compare with x itself)
+    again = pickle.loads(pickle.dumps(to_host(x), protocol=5))
+    attrs = cupy.cuda.runtime.pointerGetAttributes(again.payload.ctypes.data)
+    assert attrs.type != getattr(cupy.cuda.runtime, "memoryTypeHost", 1)  # pageable
+    back = to_device(again)
+    assert back.flags.f_contiguous == (layout == "F") and same(cupy.asnumpy(back), cupy.asnumpy(x))
+
+
+@pytest.mark.gpu
 def test_cupy_copies_wait_for_work_on_the_current_stream(cupy):
     n = 1 << 26
     expected = np.arange(n, dtype=np.int32) * 3

@@ -127,14 +127,9 @@ def device_nbytes(obj) -> int:
     return sum(size for _, size in device_buffers(obj))
 
 
-def _leaf_to_host(x):
-    kind = _device_type(x)
-    return x if kind is None else kind.to_host(x)
-
-
 def to_host(obj):
     """Device leaves -> :class:`HostCopy`; containers rebuilt around them; host leaves unchanged."""
-    return _map(_leaf_to_host, obj)
+    return _map(lambda x: x if (kind := _device_type(x)) is None else kind.to_host(x), obj)
 
 
 def to_device(obj):
@@ -162,6 +157,12 @@ def pinned_pool():
     return _pool
 
 
+def release_pinned() -> None:
+    """Give the pinned blocks that no host copy uses back to the OS (none if no copy was ever made)."""
+    if _pool is not None:
+        _pool.free_all_blocks()
+
+
 def _pinned_block(nbytes: int):
     """A pooled pinned block of at least nbytes. The pool reuses a freed block only for a request of the
     same size, so sizes are rounded up to one of 16 per power of two (at most 1/16 more): arrays that
@@ -170,24 +171,24 @@ def _pinned_block(nbytes: int):
     return pinned_pool().malloc(-(-nbytes // unit) * unit)
 
 
-def _dma(cupy, dst: int, src: int, nbytes: int, kind: int) -> None:
-    """Copy on this thread's non-blocking stream, after the work already queued on the current stream
-    (which made the source, or last used the destination's pooled memory), and wait for it: copies from
-    several threads overlap, and none waits for unrelated kernels on the legacy default stream."""
+def _copy_stream(cupy):
+    """This thread's non-blocking copy stream on the current device, made to wait for the work already
+    queued on the current stream (which made the source, or last used the destination's pooled memory).
+    Copies from several threads overlap, and none waits for unrelated kernels on the legacy default stream."""
     streams = _local.__dict__.setdefault("streams", {})
     device = cupy.cuda.runtime.getDevice()
     stream = streams.get(device)
     if stream is None:
         stream = streams[device] = cupy.cuda.Stream(non_blocking=True)
     stream.wait_event(cupy.cuda.get_current_stream().record())
-    cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
-    stream.synchronize()
+    return stream
 
 
 def _cupy_host_array(x) -> np.ndarray:
     """x's values in a NumPy array over pinned memory, in x's layout where x is C- or F-contiguous."""
     import cupy
 
+    rt = cupy.cuda.runtime
     with x.device:
         order = "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
         if not (x.flags.c_contiguous or x.flags.f_contiguous):
@@ -195,19 +196,24 @@ def _cupy_host_array(x) -> np.ndarray:
         if x.nbytes == 0:
             return np.empty(x.shape, x.dtype, order=order)
         host = np.ndarray(x.shape, x.dtype, buffer=_pinned_block(x.nbytes), order=order)
-        _dma(cupy, host.ctypes.data, x.data.ptr, x.nbytes, cupy.cuda.runtime.memcpyDeviceToHost)
+        stream = _copy_stream(cupy)
+        rt.memcpyAsync(host.ctypes.data, x.data.ptr, x.nbytes, rt.memcpyDeviceToHost, stream.ptr)
+        stream.synchronize()
     return host
 
 
 def _cupy_from_host(host: np.ndarray):
     import cupy
 
+    rt = cupy.cuda.runtime
     if not (host.flags.c_contiguous or host.flags.f_contiguous):
         host = host.copy()
     order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
     out = cupy.empty(host.shape, host.dtype, order=order)
-    if out.nbytes:
-        _dma(cupy, out.data.ptr, host.ctypes.data, out.nbytes, cupy.cuda.runtime.memcpyHostToDevice)
+    if out.nbytes:  # from pinned memory one DMA; from pageable memory (back from disk) the driver stages it
+        stream = _copy_stream(cupy)
+        rt.memcpyAsync(out.data.ptr, host.ctypes.data, out.nbytes, rt.memcpyHostToDevice, stream.ptr)
+        stream.synchronize()
     return out
 
 

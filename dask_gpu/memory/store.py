@@ -137,7 +137,9 @@ class DeviceHostDiskStore(MutableMapping):
     def evict(self) -> int:
         """For distributed's memory manager: move one host-tier key to disk; its size, or -1."""
         with self._lock:
-            return self._host.evict() if self._host.fast else -1
+            weight = self._host.evict() if self._host.fast else -1
+        dispatch.release_pinned()  # host memory is short: cached pinned blocks are the first to go
+        return weight
 
     @property
     def fast(self):
