@@ -208,3 +208,8 @@ def test_workers_use_the_store_with_its_limit(simulate):
         assert path.startswith(next(iter(client.run(lambda dask_worker: dask_worker.local_directory).values())))
     assert "gpu-memory" in heartbeat
     assert not os.path.exists(path)  # the spill directory went with the worker
+
+
+def test_metrics_start_at_zero(store):
+    m = store.metrics()
+    assert m["device-to-host-count"] == m["host-to-device-bytes"] == m["device-bytes"] == 0

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping
 from types import MappingProxyType
 
@@ -45,7 +45,9 @@ class DeviceHostDiskStore(MutableMapping):
         self._allocations: dict[Hashable, list[int]] = {}  # allocation id -> [bytes, number of keys]
         self.device_bytes = 0
         self._spilled: set[Hashable] = set()  # keys whose host-tier value is a device object's host copy
-        self.counters: defaultdict[str, float] = defaultdict(float)
+        self.counters = {
+            f"{direction}-{unit}": 0 for direction in ("device-to-host", "host-to-device") for unit in ("count", "bytes", "seconds")
+        }
 
         root = worker_local_directory or tempfile.mkdtemp(prefix="dask-gpu-")
         self._directory = os.path.join(root, "storage")
