@@ -213,3 +213,24 @@ def test_workers_use_the_store_with_its_limit(simulate):
 def test_metrics_start_at_zero(store):
     m = store.metrics()
     assert m["device-to-host-count"] == m["host-to-device-bytes"] == m["device-bytes"] == 0
+
+
+def spike_once(marker):
+    """Past the worker's memory limit on the first try (its nanny kills it), small on the retry."""
+    import time
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        hog = np.ones(600 * 2**20 // 8)  # 600 MiB, past a 400 MB limit
+        time.sleep(30)  # the nanny's memory monitor ends this first
+        return float(hog[0])
+    return 42.0
+
+
+def test_a_worker_killed_for_host_memory_comes_back_and_the_work_finishes(simulate, tmp_path):
+    simulate(1)
+    with LocalCUDACluster(memory_limit="400MB", dashboard_address=False) as cluster, Client(cluster) as client:
+        first_pid = next(iter(client.run(os.getpid).values()))
+        assert client.submit(spike_once, str(tmp_path / "marker"), pure=False).result(timeout=90) == 42.0
+        client.wait_for_workers(1, timeout=30)
+        assert next(iter(client.run(os.getpid).values())) != first_pid  # a new process replaced the killed one
