@@ -22,7 +22,7 @@ def gpu():
 
 @gpu.command(name="worker", context_settings={"show_default": True})
 @click.argument("scheduler", required=False)
-@click.option("--scheduler-file", help="File with the scheduler's address, written by `dask scheduler --scheduler-file`.")
+@click.option("--scheduler-file", help="File with the scheduler's address (dask scheduler --scheduler-file).")
 @click.option("--cuda-visible-devices", "visible", help="GPUs to use (indices or UUIDs); default: all visible.")
 @click.option("--nthreads", type=int, help="Threads per GPU worker [config gpu.nthreads: 1].")
 @click.option("--memory-limit", help="Host memory per worker: bytes, '16GB', or 'auto' (split the machine evenly).")

@@ -118,7 +118,8 @@ def simulated_system(spec) -> System:
         Device(
             index=i,
             name="Simulated GPU",
-            uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'dask-gpu-simulated-{i}')}",  # distinct prefixes, like real ones
+            # distinct prefixes, like real UUIDs
+            uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'dask-gpu-simulated-{i}')}",
             memory_total=size,
             cpu_affinity=cores[i],
             simulated=True,

@@ -12,6 +12,7 @@ import warnings
 
 from distributed import WorkerPlugin
 
+
 class GPUWorker(WorkerPlugin):
     """Prepares a GPU worker before its first task and remembers what it was given.
 
@@ -82,7 +83,8 @@ def pin_threads(cores) -> bool:
             except ProcessLookupError:  # the thread ended meanwhile
                 pass
     except (OSError, ValueError, AttributeError) as e:  # AttributeError: no sched_setaffinity (macOS)
-        warnings.warn(f"could not pin the worker to CPU cores {sorted(cores)}: {e}; it runs unpinned", RuntimeWarning, stacklevel=2)
+        message = f"could not pin the worker to CPU cores {sorted(cores)}: {e}; it runs unpinned"
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
         return False
     return True
 

@@ -49,7 +49,8 @@ def gpu_worker_spec(
     spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
     if device_limit:  # 0: no device tier, distributed's own data store
         host_limit = spec["options"]["memory_limit"]
-        spec["options"]["data"] = (DeviceHostDiskStore, {"device_memory_limit": device_limit, "memory_limit": host_limit})
+        store = {"device_memory_limit": device_limit, "memory_limit": host_limit}
+        spec["options"]["data"] = (DeviceHostDiskStore, store)
     if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
         spec["options"]["config"] = {**spec["options"].get("config", {}), "distributed.diagnostics.nvml": False}
     return spec

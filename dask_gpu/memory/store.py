@@ -46,7 +46,9 @@ class DeviceHostDiskStore(MutableMapping):
         self.device_bytes = 0
         self._spilled: set[Hashable] = set()  # keys whose host-tier value is a device object's host copy
         self.counters = {
-            f"{direction}-{unit}": 0 for direction in ("device-to-host", "host-to-device") for unit in ("count", "bytes", "seconds")
+            f"{direction}-{unit}": 0
+            for direction in ("device-to-host", "host-to-device")
+            for unit in ("count", "bytes", "seconds")
         }
 
         root = worker_local_directory or tempfile.mkdtemp(prefix="dask-gpu-")
