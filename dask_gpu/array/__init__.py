@@ -1,0 +1,1 @@
+"""GPU arrays: the ``gpu`` backend of dask.array."""
