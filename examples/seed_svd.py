@@ -5,7 +5,7 @@
 
 import cupy
 import dask
-import dask.array as da
+import dask.array
 from distributed import Client
 
 from dask_gpu import LocalCUDACluster
