@@ -1,0 +1,27 @@
+"""The compatibility suite: every case runs on NumPy chunks here, and matches NumPy on CuPy chunks."""
+
+import numpy as np
+import pytest
+
+from dask_gpu.array import compat
+
+
+@pytest.mark.parametrize("name", sorted(compat.CASES))
+def test_case_on_numpy_chunks(name):
+    results = compat.run_case(name, np)
+    assert results and all(isinstance(r, np.ndarray) for r in results)
+    compat.check(name, results, results)
+
+
+def test_check_catches_a_wrong_answer():
+    expected = compat.run_case("arithmetic", np)
+    with pytest.raises(AssertionError):
+        compat.check("arithmetic", expected, [expected[0] + 1e-6])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(compat.CASES))
+def test_case_on_cupy_chunks(name):
+    import cupy
+
+    compat.check(name, compat.run_case(name, np), compat.run_case(name, cupy))  # run_case checks chunk types
