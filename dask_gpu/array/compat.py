@@ -51,7 +51,12 @@ CASES = {
     # structure
     "rechunk / transpose": lambda x, y: (x.rechunk((30, 10)), x.T.rechunk(40)),
     "concatenate / stack": lambda x, y: (da.concatenate([x, x], axis=1), da.stack([x, 2 * x])),
-    "reshape / flip / roll": lambda x, y: (x.rechunk((60, 40)).reshape(40, 60), x.ravel(), da.flip(x, axis=0), da.roll(x, 3, axis=1)),
+    "reshape / flip / roll": lambda x, y: (
+        x.rechunk((60, 40)).reshape(40, 60),
+        x.ravel(),
+        da.flip(x, axis=0),
+        da.roll(x, 3, axis=1),
+    ),
     "pad": lambda x, y: (da.pad(x, 2, mode="constant"),),
     # linear algebra
     "matmul / dot / tensordot": lambda x, y: (x @ y, da.dot(x, y), da.tensordot(x, y, axes=1)),
