@@ -78,6 +78,16 @@ CASES = {
     "topk / argtopk": lambda x, y: (da.topk(x.ravel(), 5), da.argtopk(x.ravel(), 5)),
 }
 
+# Known gaps on CuPy chunks (measured; docs/compatibility.md): dask.array makes NumPy chunks or
+# converts implicitly here. Fixing one turns its strict xfail in the tests into a failure to update.
+GAPS = {
+    "arange / linspace": "da.linspace makes NumPy chunks whatever the input",
+    "eye / tri": "da.eye makes NumPy chunks",
+    "linalg.svd_compressed": "its random projection is drawn with NumPy",
+    "linalg.solve": "da.eye makes NumPy chunks",
+    "topk / argtopk": "dask converts CuPy chunks to NumPy implicitly",
+}
+
 # Cases whose answers may legitimately differ in more than rounding between libraries.
 TOLERANCE = {"linalg.svd_compressed": 1e-6, "percentile": 2e-2}
 
