@@ -197,8 +197,9 @@ class DeviceHostDiskStore(MutableMapping):
     def describe(self) -> str:
         """One line on what the device tier holds, for out-of-memory errors."""
         with self._lock:
-            largest = sorted(self._device, key=lambda k: -dispatch.device_nbytes(self._device[k]))[:3]
-            named = ", ".join(f"{k!r} ({format_bytes(dispatch.device_nbytes(self._device[k]))})" for k in largest)
+            sizes = {k: sum(self._allocations[i][0] for i in self._held[k]) for k in self._device}
+            largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+            named = ", ".join(f"{k!r} ({format_bytes(sizes[k])})" for k in largest)
             return (
                 f"{format_bytes(self.device_bytes)} in {len(self._device)} key(s) in its device tier"
                 + (f" (largest {named})" if named else "")
