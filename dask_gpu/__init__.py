@@ -1,6 +1,7 @@
 """dask-gpu: Dask on NVIDIA GPUs."""
 
 from dask_gpu import config as _config  # noqa: F401  (registers the gpu.* defaults)
+from dask_gpu.array.optimization import install as _install_array_optimization
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.devices import Device, NoGPUError, State, System, discover
 from dask_gpu.memory.allocator import DeviceMemoryError
@@ -9,6 +10,8 @@ from dask_gpu.memory.stats import memory_stats
 from dask_gpu.options import WorkerOptions
 
 __version__ = "0.1.0"
+
+_install_array_optimization()
 
 __all__ = [
     "Device",

@@ -1,39 +1,169 @@
-"""Random numbers on the GPU: CuPy's Generator with what it lacks filled in.
+"""Counter-based random arrays: the same numbers for any chunking, on the CPU and on the GPU.
 
-``dask.array``'s ``default_rng`` makes each block's generator with
-``<library of the bit generator>.random.default_rng(bit_generator)``. The ``gpu`` array
-backend's bit generator (:class:`XORWOW`) lives here, so blocks get :func:`default_rng`'s
-Generator, which has NumPy's methods that CuPy's lacks (``normal`` among them). CuPy is
-imported only when a block is generated.
+>>> rng = dask_gpu.random.default_rng(42)
+>>> x = rng.normal(10, 1, size=(500_000, 500_000), chunks=10_000)
+
+Each value depends only on the seed, the call (each call of a Generator method is a new
+stream) and its index in the whole array, so:
+
+- the array is the same for every ``chunks``;
+- NumPy chunks (``array.backend="numpy"``) and CuPy chunks (``"gpu"`` or ``"cupy"``) hold
+  bit-identical values;
+- slicing commutes with drawing: ``x[::2, ::2]`` draws only the values it keeps, and a
+  reduction over it runs as one GPU kernel that never stores them (see
+  :mod:`dask_gpu.array.optimization`).
+
+The ``gpu`` array backend's ``da.random.default_rng()`` uses the same generator for each
+of its blocks (:class:`Philox` is its bit generator); dask.array seeds those blocks one by
+one, so there the values depend on the chunking. Distributions this module does not have
+are drawn by CuPy's Generator there.
 """
 
 from __future__ import annotations
 
-import functools
+import inspect
+import itertools
+import math
+from numbers import Number
 
 import numpy as np
 
+from dask_gpu.array.distributions import DISTRIBUTIONS, INTEGER, Draw, sample, whole
+
+POSITIVE = {"scale", "sigma", "a"}  # parameters that must be > 0 (scale and sigma may be 0)
+
 
 def default_rng(seed=None):
-    """A CuPy Generator (XORWOW) with NumPy's common distributions.
+    """A counter-based :class:`Generator` of dask arrays.
 
-    ``seed``: None, an int, a ``numpy.random.SeedSequence``, an :class:`XORWOW` seed
-    or a CuPy bit generator.
+    ``seed``: None (fresh entropy), an int, a sequence of ints or a ``numpy.random.SeedSequence``.
+    Given a :class:`Philox` bit generator (as dask.array does for each block under the
+    ``gpu`` backend), returns that block's in-memory generator instead.
     """
-    import cupy
-
-    if not isinstance(seed, cupy.random.BitGenerator):
-        seed = cupy.random.XORWOW(seed._seed_seq if isinstance(seed, XORWOW) else seed)
-    return _generator_class()(seed)
+    if isinstance(seed, Philox):
+        return BlockGenerator(seed)
+    return Generator(seed)
 
 
-class XORWOW:
-    """The ``gpu`` backend's bit generator: only a seed until a block is generated.
+def _key(seed_seq: np.random.SeedSequence) -> tuple[int, int]:
+    return tuple(int(k) for k in seed_seq.generate_state(2, np.uint32))
 
-    dask.array makes one bit generator per block where the graph is built; holding just a
-    ``SeedSequence`` keeps that cheap and off the GPU. Each block's CuPy XORWOW is made
-    by :func:`default_rng` in the worker that generates it.
-    """
+
+def _library() -> str:
+    import dask
+
+    return "cupy" if dask.config.get("array.backend") in ("cupy", "gpu") else "numpy"
+
+
+def _shape(size) -> tuple[int, ...]:
+    if size is None:
+        return ()
+    shape = (size,) if isinstance(size, Number) else tuple(size)
+    if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+        raise ValueError(f"size must be a non-negative int or a tuple of them, not {size!r}")
+    return tuple(int(n) for n in shape)
+
+
+def _params(method: str, args: tuple, kwargs: dict) -> tuple[float, ...]:
+    """Bind a NumPy-style call's parameters, with NumPy's defaults and checks."""
+    transform, defaults = DISTRIBUTIONS[method]
+    names = list(inspect.signature(transform).parameters)[3:]
+    bound = dict(zip(names, defaults or ()))
+    if len(args) > len(names):
+        raise TypeError(f"{method}() takes {len(names)} parameters ({', '.join(names)}), got {len(args)}")
+    bound.update(zip(names, args))
+    unknown = set(kwargs) - set(names)
+    if unknown:
+        raise TypeError(f"{method}() got unexpected keyword arguments {sorted(unknown)}")
+    bound.update(kwargs)
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(f"{method}() missing required parameters {missing}")
+    for name, value in bound.items():
+        if not isinstance(value, Number) or isinstance(value, complex):
+            raise TypeError(f"{method}(): {name} must be a real number, not {type(value).__name__}")
+        if name in POSITIVE and (value < 0 or (name == "a" and value <= 0)) or not math.isfinite(value):
+            raise ValueError(f"{method}(): {name} = {value} is out of range")
+    return tuple(float(bound[n]) for n in names)
+
+
+def _integers(low, high, endpoint) -> tuple[int, int]:
+    low, high = (0, low) if high is None else (low, high)
+    high = int(high) + bool(endpoint)
+    if not high - int(low) > 0:
+        raise ValueError(f"integers(): low >= high ({low} >= {high})")
+    if high - int(low) >= 2**64:
+        raise ValueError("integers(): the range high - low must be below 2**64")
+    return int(low), high
+
+
+def _float_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float64, np.float32):
+        raise TypeError(f"dtype must be float64 or float32, not {dtype}")
+    return dtype
+
+
+class Generator:
+    """NumPy's ``Generator`` methods, making dask arrays of counter-based values."""
+
+    def __init__(self, seed=None):
+        self._seed_seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        self._key = _key(self._seed_seq)
+        self._streams = itertools.count()
+
+    def __repr__(self) -> str:
+        return f"dask_gpu.random.Generator(Philox4x32-10, entropy={self._seed_seq.entropy})"
+
+    def _array(self, method, params, size, dtype, chunks):
+        from dask._task_spec import Task
+        from dask.array.core import Array, normalize_chunks
+        from dask.base import tokenize
+
+        shape = _shape(size)
+        draw = Draw(self._key, next(self._streams), method, params, shape, np.dtype(dtype), _library())
+        chunks = normalize_chunks(chunks, shape, dtype=draw.dtype)
+        name = f"{method}-{tokenize(draw, chunks)}"
+        starts = [np.cumsum((0,) + c) for c in chunks]
+        graph = {}
+        for index in itertools.product(*(range(len(c)) for c in chunks)):
+            region = tuple(range(s[i], s[i + 1]) for s, i in zip(starts, index))
+            graph[(name, *index)] = Task((name, *index), sample, draw, region)
+        return Array(graph, name, chunks, meta=_meta(draw))
+
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False, chunks="auto"):
+        if np.dtype(dtype).kind not in "iu":
+            raise TypeError(f"integers(): dtype must be an integer type, not {np.dtype(dtype)}")
+        return self._array(INTEGER, _integers(low, high, endpoint), size, dtype, chunks)
+
+
+def _method(name):
+    names = list(inspect.signature(DISTRIBUTIONS[name][0]).parameters)[3:]
+
+    def method(self, *args, size=None, dtype=np.float64, chunks="auto", **kwargs):
+        if len(args) == len(names) + 1 and size is None:
+            *args, size = args  # as in NumPy, size follows the parameters
+        return self._array(name, _params(name, tuple(args), kwargs), size, _float_dtype(dtype), chunks)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``numpy.random.Generator.{name}({', '.join(names)}, size=None)``, with ``chunks=``."
+    return method
+
+
+for _name in DISTRIBUTIONS:
+    setattr(Generator, _name, _method(_name))
+
+
+def _meta(draw: Draw):
+    if draw.library == "cupy":
+        import cupy
+
+        return cupy.empty((0,) * len(draw.shape), draw.dtype)
+    return np.empty((0,) * len(draw.shape), draw.dtype)
+
+
+class Philox:
+    """The ``gpu`` backend's bit generator: a seed, until dask.array makes a block with it."""
 
     def __init__(self, seed=None):
         self._seed_seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -42,87 +172,38 @@ class XORWOW:
         return (type(self).__qualname__, self._seed_seq.entropy, self._seed_seq.spawn_key)
 
     def __repr__(self) -> str:
-        return f"XORWOW(entropy={self._seed_seq.entropy}, spawn_key={self._seed_seq.spawn_key})"
+        return f"Philox(entropy={self._seed_seq.entropy}, spawn_key={self._seed_seq.spawn_key})"
 
 
-def _normal(self, loc=0.0, scale=1.0, size=None, dtype=np.float64):
-    import cupy
+class BlockGenerator:
+    """One block's generator under the ``gpu`` backend: CuPy arrays, counters from the block's start."""
 
-    if size is None:
-        size = np.broadcast_shapes(np.shape(loc), np.shape(scale))
-    return cupy.asarray(loc, dtype) + cupy.asarray(scale, dtype) * self.standard_normal(size, dtype=dtype)
+    def __init__(self, bitgen: Philox):
+        self._seed_seq = bitgen._seed_seq
 
+    def draw(self, method, args, kwargs, size) -> Draw:
+        """The :class:`Draw` a call makes: what the graph optimization folds slices into."""
+        if method == INTEGER:
+            low, high, dtype, endpoint = _integer_call(*args, **kwargs)
+            params, dtype = _integers(low, high, endpoint), np.dtype(dtype)
+        else:
+            dtype = _float_dtype(kwargs.pop("dtype", np.float64))
+            params = _params(method, args, kwargs)
+        return Draw(_key(self._seed_seq), 0, method, params, _shape(size), dtype, "cupy")
 
-def _lognormal(self, mean=0.0, sigma=1.0, size=None, dtype=np.float64):
-    import cupy
+    def __getattr__(self, method):
+        if method != INTEGER and method not in DISTRIBUTIONS:
+            import cupy
 
-    return cupy.exp(_normal(self, mean, sigma, size, dtype))
+            seed = int(self._seed_seq.generate_state(1, np.uint64)[0])
+            return getattr(cupy.random.default_rng(seed), method)
 
+        def call(*args, size=None, **kwargs):
+            draw = self.draw(method, args, dict(kwargs), size)
+            return sample(draw, whole(draw.shape))
 
-def _standard_exponential(self, size=None, dtype=np.float64):
-    import cupy
-
-    return -cupy.log1p(-self.random(size, dtype=dtype))  # 1 - U is in (0, 1]: never log(0)
-
-
-def _exponential(self, scale=1.0, size=None, dtype=np.float64):
-    import cupy
-
-    if size is None:
-        size = np.shape(scale)
-    return cupy.asarray(scale, dtype) * _standard_exponential(self, size, dtype)
-
-
-def _laplace(self, loc=0.0, scale=1.0, size=None, dtype=np.float64):
-    import cupy
-
-    if size is None:
-        size = np.broadcast_shapes(np.shape(loc), np.shape(scale))
-    u = self.random(size, dtype=dtype) - 0.5
-    return cupy.asarray(loc, dtype) - cupy.asarray(scale, dtype) * cupy.sign(u) * cupy.log1p(-2 * cupy.abs(u))
+        return call
 
 
-def _logistic(self, loc=0.0, scale=1.0, size=None, dtype=np.float64):
-    import cupy
-
-    if size is None:
-        size = np.broadcast_shapes(np.shape(loc), np.shape(scale))
-    u = self.random(size, dtype=dtype)
-    return cupy.asarray(loc, dtype) + cupy.asarray(scale, dtype) * (cupy.log(u) - cupy.log1p(-u))
-
-
-def _gumbel(self, loc=0.0, scale=1.0, size=None, dtype=np.float64):
-    import cupy
-
-    if size is None:
-        size = np.broadcast_shapes(np.shape(loc), np.shape(scale))
-    return cupy.asarray(loc, dtype) - cupy.asarray(scale, dtype) * cupy.log(_standard_exponential(self, size, dtype))
-
-
-def _rayleigh(self, scale=1.0, size=None, dtype=np.float64):
-    import cupy
-
-    if size is None:
-        size = np.shape(scale)
-    return cupy.asarray(scale, dtype) * cupy.sqrt(2 * _standard_exponential(self, size, dtype))
-
-
-# NumPy Generator methods written from CuPy's primitives; added only where CuPy has none.
-FILLED = {
-    "normal": _normal,
-    "lognormal": _lognormal,
-    "standard_exponential": _standard_exponential,
-    "exponential": _exponential,
-    "laplace": _laplace,
-    "logistic": _logistic,
-    "gumbel": _gumbel,
-    "rayleigh": _rayleigh,
-}
-
-
-@functools.cache
-def _generator_class():
-    import cupy
-
-    missing = {name: fn for name, fn in FILLED.items() if not hasattr(cupy.random.Generator, name)}
-    return type("Generator", (cupy.random.Generator,), {"__module__": __name__, **missing})
+def _integer_call(low, high=None, dtype=np.int64, endpoint=False):
+    return low, high, dtype, endpoint

@@ -67,3 +67,11 @@ def scheduler(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.fixture(autouse=True)
+def array_optimization():
+    """dask-gpu's array optimization, as importing dask_gpu installs it (some tests refresh dask's config)."""
+    from dask_gpu.array.optimization import install
+
+    install()

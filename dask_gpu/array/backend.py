@@ -1,9 +1,9 @@
 """The ``gpu`` array backend: ``dask.config.set({"array.backend": "gpu"})``.
 
 Dask's own CuPy backend with its gaps filled: creation functions make CuPy chunks, and
-``da.random.default_rng()`` draws from :mod:`dask_gpu.random`, whose Generator has the
-NumPy methods CuPy's lacks (``normal`` and others), with per-block CuPy state made only
-in the workers.
+``da.random.default_rng()`` draws each block with :mod:`dask_gpu.random`'s counter-based
+generator (``normal`` included, which CuPy's Generator lacks); nothing touches the GPU
+until a worker makes a block.
 """
 
 from __future__ import annotations
@@ -25,4 +25,4 @@ class GPUBackendEntrypoint(CupyBackendEntrypoint):
 
     @property
     def default_bit_generator(self):
-        return random.XORWOW
+        return random.Philox

@@ -1,0 +1,375 @@
+"""GPU-aware optimization of dask.array graphs, run after dask's own.
+
+Two rewrites, each within one task of the fused graph dask makes:
+
+- **Slices fold into counter-based draws.** ``x[::2, ::2]`` of a :mod:`dask_gpu.random`
+  array (or of a ``gpu``-backend ``da.random.default_rng`` block) draws only the kept values.
+- **Chains fuse into one kernel.** A reduction (sum, mean, min, max) of elementwise
+  operations and slices of GPU data becomes one CUDA kernel that reads each input once,
+  through its strides, and never runs a reduction on a strided view (CuPy's reduction of a
+  strided view runs on one thread block: 80x slower than on contiguous data).
+
+Graphs with no GPU data are returned as they are. A rewritten task checks its inputs when it
+runs: CuPy inputs take the kernel, anything else the original operations, one by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+
+import numpy as np
+from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph
+from dask.array.chunk import astype as _astype
+
+from dask_gpu.array import distributions
+from dask_gpu.array.codegen import OPERATORS, Unsupported
+
+ELEMENTWISE = frozenset(OPERATORS)
+
+
+# --- expressions: what one task computes, as a tree -------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    position: int  # which argument of the rewritten task holds its value
+
+
+@dataclasses.dataclass(frozen=True)
+class DrawLeaf:
+    position: int  # the argument holds (Draw, region): values made where they are read
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    func: object
+    args: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    index: tuple
+    child: object
+
+
+@dataclasses.dataclass(frozen=True)
+class AsType:
+    """``x.astype(dtype)`` as a function, so that a cast is one more elementwise operation."""
+
+    dtype: np.dtype
+
+    def __call__(self, x):
+        return x.astype(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    expr: object
+    reduction: str  # "sum", "max", "min" or "mean"
+    func: object  # dask's chunk function, for the fallback
+    kwargs: tuple
+    kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair) or "value"
+
+
+class _Abort(Exception):
+    pass
+
+
+class _Extract:
+    """Turns what a (fused) task computes into an expression over its leaves."""
+
+    def __init__(self, is_gpu):
+        self.is_gpu = is_gpu
+        self.leaves: list = []
+        self.kinds: list[str] = []
+        self.memo: dict = {}
+        self.gpu = False
+
+    def leaf(self, value, kind="value"):
+        self.leaves.append(value)
+        self.kinds.append(kind)
+        return (DrawLeaf if kind == "draw" else Leaf)(len(self.leaves) - 1)
+
+    def node(self, node, frames):
+        """``frames``: the (inner graph, bound placeholders) pairs that ``node`` sits in."""
+        if isinstance(node, Alias):
+            return self.ref(node.target, frames)
+        if isinstance(node, TaskRef):
+            return self.ref(node.key, frames)
+        if isinstance(node, DataNode):
+            node = node.value
+        if isinstance(node, Task):
+            return self.task(node, frames)
+        if np.isscalar(node):
+            return node
+        self.gpu |= _is_cupy(node)
+        return self.leaf(DataNode(None, node))
+
+    def ref(self, key, frames):
+        if key not in self.memo:
+            self.memo[key] = self._resolve(key, frames)
+        return self.memo[key]
+
+    def _resolve(self, key, frames):
+        for graph, bindings in reversed(frames):
+            if key in bindings:
+                return bindings[key]
+            if key in graph:
+                return self.node(graph[key], frames)
+        self.gpu |= self.is_gpu(key)
+        return self.leaf(TaskRef(key))
+
+    def task(self, task: Task, frames):
+        if task.func is _execute_subgraph:
+            inner, outkey, inkeys, *deps = task.args
+            bound = {k: self.node(d, frames) for k, d in zip(inkeys, deps)}
+            return self.node(inner[outkey], [*frames, (inner, bound)])
+        if task.func in ELEMENTWISE or isinstance(task.func, np.ufunc) and task.func.nout == 1:
+            if task.kwargs:
+                raise _Abort
+            return Call(task.func, tuple(self.node(a, frames) for a in task.args))
+        if task.func is _astype and set(task.kwargs) == {"astype_dtype"} and len(task.args) == 1:
+            return Call(AsType(np.dtype(_plain(task.kwargs["astype_dtype"]))), (self.node(task.args[0], frames),))
+        index = _getitem(task)
+        if index is not None:
+            return Index(index, self.node(task.args[0], frames))
+        draw = as_draw(task)
+        if draw is not None:
+            self.gpu |= _gpu_draw(draw[0])
+            return self.leaf(draw, "draw")
+        if any(dep in graph or dep in bound for dep in task.dependencies for graph, bound in frames):
+            raise _Abort  # it reads this task's own inner values: it cannot be lifted out as a leaf
+        self.gpu |= _mentions_cupy(task)
+        return self.leaf(task)
+
+
+def _getitem(task: Task):
+    from dask.array.chunk import getitem
+
+    if task.func in (getitem, operator.getitem) and len(task.args) == 2:
+        index = _plain(task.args[1])
+        index = index if isinstance(index, tuple) else (index,)
+        if all(isinstance(i, slice) for i in index):
+            return index
+    return None
+
+
+def as_draw(task: Task):
+    """``(Draw, region)`` when ``task`` makes counter-based random values, else None."""
+    from dask.array.random import _apply_random_func
+
+    from dask_gpu.random import Philox, default_rng
+
+    if task.func is distributions.sample and not task.kwargs:
+        draw, region = map(_plain, task.args)
+        return draw, region
+    if task.func is _apply_random_func and _plain(task.args[0]) is Philox:
+        _, method, seed, size, args, kwargs = map(_plain, task.args)
+        if any(isinstance(a, (Task, TaskRef)) for a in (*args, *kwargs.values())):
+            return None
+        try:
+            draw = default_rng(Philox(seed)).draw(method, tuple(args), dict(kwargs), size)
+        except (TypeError, ValueError, KeyError):
+            return None
+        return draw, distributions.whole(draw.shape)
+    return None
+
+
+def _gpu_draw(draw) -> bool:
+    return draw.library == "cupy"
+
+
+def _plain(arg):
+    return arg.value if isinstance(arg, DataNode) else arg
+
+
+def _is_cupy(value) -> bool:
+    return type(value).__module__.split(".")[0] in ("cupy", "cupyx")
+
+
+def _mentions_cupy(task: Task) -> bool:
+    """Whether a task's function or arguments come from CuPy (e.g. CuPy's RandomState)."""
+    from dask_gpu.random import Philox
+
+    values = [task.func, *map(_plain, task.args), *map(_plain, task.kwargs.values())]
+    return any(
+        v is Philox or _is_cupy(v) or getattr(v, "__module__", None) and str(v.__module__).split(".")[0] == "cupy"
+        for v in values
+    )
+
+
+# --- the graph pass --------------------------------------------------------------------------
+
+REDUCTIONS = {"sum": "sum", "chunk_max": "max", "chunk_min": "min", "mean_chunk": "mean", "max": "max", "min": "min"}
+
+
+def _reduction(task: Task):
+    """(kind, func, kwargs) when ``task`` is dask's chunk step of a sum, mean, min or max."""
+    func, kwargs = task.func, dict(task.kwargs)
+    if isinstance(func, functools.partial):
+        func, kwargs = func.func, {**func.keywords, **kwargs}
+    kind = REDUCTIONS.get(getattr(func, "__name__", None))
+    if kind is None or getattr(func, "__module__", "") not in ("numpy", "dask.array.reductions"):
+        return None
+    if kind == "mean" and set(kwargs) - {"dtype", "axis", "keepdims"}:
+        return None  # nanmean and friends pass their own sum and numel
+    if len(task.args) != 1 or set(kwargs) - {"dtype", "axis", "keepdims"} or not kwargs.get("keepdims"):
+        return None
+    return kind, task.func, kwargs
+
+
+def rewrite(dsk: dict) -> dict:
+    """The graph with GPU reductions fused and slices folded into draws; ``dsk`` itself if none."""
+    is_gpu = functools.partial(_is_gpu, dsk, {})
+    out = None
+    for key, task in dsk.items():
+        new = _rewrite(key, task, is_gpu)
+        if new is not task:
+            out = dict(dsk) if out is None else out
+            out[key] = new
+    return dsk if out is None else out
+
+
+def _is_gpu(dsk, memo, key) -> bool:
+    """Whether ``key``'s value is GPU data: made by CuPy, or computed from GPU data."""
+    stack = [key]
+    while stack:
+        k = stack[-1]
+        if k in memo:
+            stack.pop()
+            continue
+        task = dsk.get(k)
+        if not isinstance(task, Task) or _makes_gpu_data(task):
+            memo[k] = isinstance(task, Task) or _is_cupy(getattr(task, "value", None))
+            stack.pop()
+            continue
+        pending = [d for d in task.dependencies if d not in memo]
+        if pending:
+            memo.update((d, False) for d in pending if d not in dsk)
+            stack.extend(d for d in pending if d in dsk)
+            if any(d in dsk for d in pending):
+                continue
+        memo[k] = any(memo.get(d, False) for d in task.dependencies)
+        stack.pop()
+    return memo[key]
+
+
+def _makes_gpu_data(task: Task) -> bool:
+    if task.func is _execute_subgraph:
+        return any(isinstance(t, Task) and _makes_gpu_data(t) for t in task.args[0].values())
+    draw = as_draw(task)
+    return _gpu_draw(draw[0]) if draw else _mentions_cupy(task)
+
+
+def _rewrite(key, task, is_gpu):
+    if not isinstance(task, Task):
+        return task
+    inner = task.args[0] if task.func is _execute_subgraph else None
+    root = inner.get(task.args[1]) if inner is not None else task
+    reduction = _reduction(root) if isinstance(root, Task) else None
+    fallback = _fold_slices(task) if inner is not None else task
+    if reduction is None:
+        return fallback
+    extract = _Extract(is_gpu)
+    try:
+        frames = []
+        if inner is not None:
+            inkeys, deps = task.args[2], task.args[3:]
+            frames = [(inner, {k: extract.node(d, []) for k, d in zip(inkeys, deps)})]
+        expr = extract.node(root.args[0], frames)
+    except _Abort:
+        return fallback
+    if not extract.gpu or not _worth_it(expr):
+        return fallback
+    kind, func, kwargs = reduction
+    plan = Plan(expr, kind, func, tuple(sorted(kwargs.items())), tuple(extract.kinds))
+    return Task(key, fused_reduce, plan, *extract.leaves)
+
+
+def _worth_it(expr) -> bool:
+    """A chain with an operation, a slice or a draw: a plain reduction is already fast."""
+    return not isinstance(expr, Leaf)
+
+
+def _fold_slices(task: Task) -> Task:
+    """``task`` (a fused one) with each slice of a draw in it drawn directly."""
+    inner = dict(task.args[0])
+    changed = False
+    for k, t in list(inner.items()):
+        index = _getitem(t) if isinstance(t, Task) else None
+        source = t.args[0] if index is not None else None
+        if not isinstance(source, TaskRef) or not isinstance(inner.get(source.key), Task):
+            continue
+        draw = as_draw(inner[source.key])
+        region = distributions.compose(draw[1], index) if draw else None
+        readers = [v for kk, v in inner.items() if kk != k and isinstance(v, Task) and source.key in v.dependencies]
+        if region is None or readers:
+            continue
+        inner[k] = Task(k, distributions.sample, draw[0], region)
+        del inner[source.key]
+        changed = True
+    if not changed:
+        return task
+    return Task(task.key, _execute_subgraph, inner, *task.args[1:])
+
+
+# --- at run time ------------------------------------------------------------------------------
+
+
+def fused_reduce(plan: Plan, *leaves):
+    """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
+    on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
+              for kind, leaf in zip(plan.kinds, leaves))
+    if all(on_gpu):
+        from dask_gpu.array import fused
+
+        try:
+            return fused.reduce(plan, leaves)
+        except Unsupported:
+            pass
+    return evaluate(plan, leaves)
+
+
+def evaluate(plan: Plan, leaves):
+    """The chain computed as dask would have: each operation on whole arrays, then the chunk step."""
+    value = _value(plan.expr, leaves)
+    if _is_cupy(value) and not value.flags.c_contiguous:
+        value = value.copy()  # never reduce a strided CuPy view
+    func = plan.func.func if isinstance(plan.func, functools.partial) else plan.func
+    return func(value, **dict(plan.kwargs))
+
+
+def _value(expr, leaves):
+    if isinstance(expr, Leaf):
+        return leaves[expr.position]
+    if isinstance(expr, DrawLeaf):
+        return distributions.sample(*leaves[expr.position])
+    if isinstance(expr, Index):
+        return _value(expr.child, leaves)[expr.index]
+    if isinstance(expr, Call):
+        return expr.func(*(_value(a, leaves) for a in expr.args))
+    return expr  # a constant
+
+
+# --- installing it ---------------------------------------------------------------------------
+
+
+def optimize(dsk, keys, **kwargs):
+    """dask.array's ``optimize``, then :func:`rewrite` unless ``gpu.array-optimize`` is off."""
+    import dask
+    from dask.array.optimization import optimize as dask_optimize
+
+    dsk = dask_optimize(dsk, keys, **kwargs)
+    if not dask.config.get("gpu.array-optimize", True):
+        return dsk
+    return rewrite(dict(dsk))
+
+
+def install() -> None:
+    """Make dask.array optimize with :func:`optimize`, unless another optimizer is configured."""
+    import dask
+
+    if dask.config.get("array_optimize", None) in (None, optimize):
+        dask.config.set(array_optimize=optimize)

@@ -1,0 +1,161 @@
+"""GPU-aware graph optimization: fused reductions, slices folded into draws, NumPy graphs left alone."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask._task_spec import Task, _execute_subgraph
+from dask.array.optimization import optimize as dask_optimize
+
+from dask_gpu import random
+from dask_gpu.array import distributions, optimization
+from dask_gpu.array.optimization import Call, DrawLeaf, Index, fused_reduce
+
+gpu = pytest.mark.gpu
+
+
+def optimized(x):
+    return optimization.optimize(x.__dask_graph__(), x.__dask_keys__())
+
+
+def fused_tasks(graph):
+    return [t for t in graph.values() if isinstance(t, Task) and t.func is fused_reduce]
+
+
+def test_dask_uses_it_once_dask_gpu_is_imported():
+    assert dask.config.get("array_optimize") is optimization.optimize
+
+
+NUMPY_WORKLOADS = {
+    "seed": lambda x: (x + 1)[::2, ::2].sum(),
+    "mean": lambda x: np.exp(x * 2)[1::3].mean(),
+    "axis": lambda x: (x - x.T)[::2].max(axis=0),
+    "plain": lambda x: x.sum(),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(NUMPY_WORKLOADS))
+def test_numpy_graphs_are_left_alone(workload):
+    x = da.random.default_rng(0).normal(size=(40, 40), chunks=10)
+    y = NUMPY_WORKLOADS[workload](x)
+    ours, dasks = optimized(y), dask_optimize(y.__dask_graph__(), y.__dask_keys__())
+    assert ours.keys() == dasks.keys() and all(repr(ours[k]) == repr(dasks[k]) for k in ours)
+    assert not fused_tasks(ours)
+
+
+@pytest.fixture
+def as_if_gpu(monkeypatch):
+    """dask_gpu.random's NumPy draws count as GPU data: graphs are rewritten, and run on NumPy."""
+    monkeypatch.setattr(optimization, "_gpu_draw", lambda draw: True)
+
+
+CHAINS = [
+    lambda x: (x + 1)[::2, ::2].sum(),
+    lambda x: (x + 1)[::2, ::2].mean(),
+    lambda x: np.sqrt(np.abs(x * 2.5 - 1))[3:, ::-2].max(),
+    lambda x: (x[::2] * x[1::2]).min(),
+    lambda x: (x.astype("f4") + 1)[::3].sum(dtype="f8"),
+]
+
+
+@pytest.mark.parametrize("workload", CHAINS)
+def test_gpu_chains_become_one_task_that_computes_the_same(as_if_gpu, workload):
+    x = random.default_rng(3).normal(10, 1, size=(60, 40), chunks=(20, 20))
+    y = workload(x)
+    assert fused_tasks(optimized(y))
+    fast = y.compute()  # rewritten, and every fused task falls back to NumPy's operations
+    with dask.config.set({"gpu.array-optimize": False}):
+        assert np.allclose(fast, y.compute(), rtol=1e-12)
+
+
+def test_the_seed_chain_is_a_slice_of_a_sum_of_a_draw(as_if_gpu):
+    x = random.default_rng(1).normal(10, 1, size=(40, 40), chunks=20)
+    (task, *_) = fused_tasks(optimized((x + 1)[::2, ::2].sum()))
+    plan = task.args[0]
+    assert plan.reduction == "sum" and isinstance(plan.expr, Index)
+    assert isinstance(plan.expr.child, Call) and plan.expr.child.args[1] == 1
+    assert isinstance(plan.expr.child.args[0], DrawLeaf)
+
+
+def test_switched_off_by_config(as_if_gpu):
+    x = (random.default_rng(1).normal(size=(40, 40), chunks=20) + 1)[::2, ::2].sum()
+    with dask.config.set({"gpu.array-optimize": False}):
+        assert not fused_tasks(optimized(x))
+    assert fused_tasks(optimized(x))
+
+
+def test_slices_fold_into_draws_whatever_the_library():
+    x = random.default_rng(1).random(size=(40, 40), chunks=20)
+    graph = optimized(x[::2, 1::3] + 1)
+    samples = [
+        t for task in graph.values() if isinstance(task, Task) and task.func is _execute_subgraph
+        for t in task.args[0].values()
+        if isinstance(t, Task) and t.func is distributions.sample
+    ]
+    assert len(samples) == 4 and all(t.args[1][0].step == 2 for t in samples)
+
+
+def test_a_value_read_twice_is_one_input(as_if_gpu):
+    y = random.default_rng(1).normal(size=(40, 40), chunks=20) + 1
+    for task in fused_tasks(optimized((y * y)[::2].sum())):
+        assert task.args[0].kinds == ("draw",)
+
+
+# --- on a GPU ---------------------------------------------------------------------------------
+
+
+def compute_both(expression):
+    """(optimized, not optimized) results, as NumPy."""
+    import cupy
+
+    fast = expression.compute()
+    with dask.config.set({"gpu.array-optimize": False}):
+        slow = expression.compute()
+    return [cupy.asnumpy(v) if hasattr(v, "get") else np.asarray(v) for v in (fast, slow)]
+
+
+@gpu
+def test_the_seed_code_with_cupy_randomstate_fuses_and_agrees():
+    import cupy
+
+    rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+    x = rs.normal(10, 1, size=(4000, 4000), chunks=(1000, 1000))
+    y = (x + 1)[::2, ::2]
+    assert fused_tasks(optimized(y.sum()))
+    fast, slow = compute_both(y.sum())
+    assert np.allclose(fast, slow, rtol=1e-12)
+    fast, slow = compute_both(y.mean())
+    assert np.allclose(fast, slow, rtol=1e-12) and abs(float(fast) - 11) < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize(
+    "workload",
+    [
+        lambda x: (x + 1)[::2, ::2].sum(),
+        lambda x: (x + 1)[::2, ::2].mean(),
+        lambda x: np.sqrt(np.abs(x * 2.5 - 1))[3:, ::-2].max(),
+        lambda x: (x[::2] * x[1::2]).min(),
+        lambda x: (x.astype("f4") + 1)[::3].sum(),
+        lambda x: (x - 10)[::2].sum(axis=0),
+    ],
+)
+def test_dask_gpu_random_on_the_gpu_agrees_with_numpy(workload):
+    def make():
+        return random.default_rng(2).normal(10, 1, size=(3000, 2000), chunks=(1000, 1000))
+
+    expected = workload(make()).compute()
+    with dask.config.set({"array.backend": "gpu"}):
+        x = make()
+    fast, slow = compute_both(workload(x))
+    assert np.allclose(fast, expected, rtol=1e-9) and np.allclose(slow, expected, rtol=1e-9)
+
+
+@gpu
+def test_the_backend_default_rng_folds_slices_and_fuses():
+    with dask.config.set({"array.backend": "gpu"}):
+        x = da.random.default_rng(4).normal(10, 1, size=(4000, 4000), chunks=1000)
+    y = (x + 1)[::2, ::2].sum()
+    assert fused_tasks(optimized(y))
+    fast, slow = compute_both(y)
+    assert np.allclose(fast, slow, rtol=1e-12)
