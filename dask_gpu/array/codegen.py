@@ -327,7 +327,7 @@ def leaf_args(kind, value) -> list:
         params = [np.float64(p) for p in draw.params]
     return ([np.uint64(start), np.uint32(draw.stream & 0xFFFFFFFF), np.uint32(draw.stream >> 32),
              np.uint32(k0), np.uint32(k1)] + params
-            + [np.uint64(r.step * s) for r, s in zip(region, strides)])
+            + [np.uint64(r.step * s % 2**64) for r, s in zip(region, strides)])  # steps < 0 wrap around
 
 
 def sample(draw, region):
