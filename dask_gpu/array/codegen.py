@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import types
 
 import numpy as np
 
@@ -251,7 +252,7 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None)
     result = body(b, loads)
     if not isinstance(result, Sym):
         raise Unsupported("an expression of constants")
-    out_dtype = np.dtype(out_dtype(result.dtype) if callable(out_dtype) else out_dtype)
+    out_dtype = np.dtype(out_dtype(result.dtype) if isinstance(out_dtype, types.FunctionType) else out_dtype)
     out_t = ctype(out_dtype)
     params += [f"long long n{k}" for k in range(ndim)] + ["long long total", f"{out_t}* __restrict__ out"]
     split = "".join(f"    long long i{k} = rest % n{k}; rest /= n{k};\n" for k in range(ndim - 1, 0, -1))
@@ -277,14 +278,15 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None)
 
 
 def _block_reduce(out_t, combine, identity):
-    step = combine.format(a="acc", b="__shfl_down_sync(0xffffffff, acc, s)")
+    # Every lane of a warp must reach each shuffle: take it before combining, never inside a branch.
+    step = f"{{ {out_t} other = __shfl_down_sync(0xffffffff, acc, s); acc = {combine.format(a='acc', b='other')}; }}"
     return (
         f"  __shared__ {out_t} warps[32];\n"
-        f"  for (int s = 16; s > 0; s >>= 1) acc = {step};\n"
+        f"  for (int s = 16; s > 0; s >>= 1) {step}\n"
         "  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;\n  __syncthreads();\n"
         "  if (threadIdx.x < 32) {\n"
         f"    acc = threadIdx.x < (blockDim.x >> 5) ? warps[threadIdx.x] : ({out_t}){identity};\n"
-        f"    for (int s = 16; s > 0; s >>= 1) acc = {step};\n"
+        f"    for (int s = 16; s > 0; s >>= 1) {step}\n"
         "    if (threadIdx.x == 0) out[blockIdx.x] = acc;\n  }\n"
     )
 
@@ -304,10 +306,14 @@ def launch(source: str, args: list, total: int, out, blocks: int) -> None:
 
 
 def blocks_for(total: int) -> int:
+    return max(1, min(_multiprocessors() * 8, -(-total // THREADS)))
+
+
+@functools.cache
+def _multiprocessors() -> int:
     import cupy
 
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(sms * 8, -(-total // THREADS)))
+    return cupy.cuda.Device().attributes["MultiProcessorCount"]
 
 
 def leaf_args(kind, value) -> list:
