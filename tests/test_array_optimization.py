@@ -19,7 +19,18 @@ def optimized(x):
 
 
 def fused_tasks(graph):
-    return [t for t in graph.values() if isinstance(t, Task) and t.func is fused_reduce]
+    """The fused tasks, at the top of the graph or moved into the tasks that read them."""
+
+    def walk(node):
+        if isinstance(node, Task):
+            yield from [node] if node.func is fused_reduce else []
+            for arg in (*node.args, *node.kwargs.values()):
+                yield from walk(arg)
+        elif isinstance(node, (list, tuple)):
+            for arg in node:
+                yield from walk(arg)
+
+    return [t for task in graph.values() for t in walk(task)]
 
 
 def test_dask_uses_it_once_dask_gpu_is_imported():
@@ -58,14 +69,24 @@ CHAINS = [
 ]
 
 
+@pytest.mark.parametrize("dask_fuses", [True, False], ids=["dask-fused", "unfused"])  # distributed: unfused
 @pytest.mark.parametrize("workload", CHAINS)
-def test_gpu_chains_become_one_task_that_computes_the_same(as_if_gpu, workload):
+def test_gpu_chains_become_one_task_that_computes_the_same(as_if_gpu, workload, dask_fuses):
     x = random.default_rng(3).normal(10, 1, size=(60, 40), chunks=(20, 20))
     y = workload(x)
-    assert fused_tasks(optimized(y))
-    fast = y.compute()  # rewritten, and every fused task falls back to NumPy's operations
+    with dask.config.set({"optimization.fuse.active": dask_fuses}):
+        graph = optimized(y)
+        assert fused_tasks(graph)
+        fast = y.compute()  # rewritten, and every fused task falls back to NumPy's operations
     with dask.config.set({"gpu.array-optimize": False}):
         assert np.allclose(fast, y.compute(), rtol=1e-12)
+
+
+def test_chunk_steps_move_into_the_task_that_combines_them(as_if_gpu):
+    x = random.default_rng(3).normal(10, 1, size=(400, 400), chunks=(20, 20))  # 400 chunks
+    with dask.config.set({"optimization.fuse.active": False}):
+        graph = optimized((x + 1)[::2, ::2].sum())
+    assert len(fused_tasks(graph)) == 400 and len(graph) == 25 + 9 + 4 + 1  # 16 chunks a task at most
 
 
 def test_the_seed_chain_is_a_slice_of_a_sum_of_a_draw(as_if_gpu):

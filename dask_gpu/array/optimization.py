@@ -20,8 +20,9 @@ import functools
 import operator
 
 import numpy as np
-from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph
+from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
 from dask.array.chunk import astype as _astype
+from dask.core import flatten
 
 from dask_gpu.array import distributions
 from dask_gpu.array.codegen import OPERATORS, Unsupported
@@ -80,8 +81,9 @@ class _Abort(Exception):
 class _Extract:
     """Turns what a (fused) task computes into an expression over its leaves."""
 
-    def __init__(self, is_gpu):
-        self.is_gpu = is_gpu
+    def __init__(self, graph):
+        self.graph = graph
+        self.inlined: set = set()
         self.leaves: list = []
         self.kinds: list[str] = []
         self.memo: dict = {}
@@ -118,7 +120,10 @@ class _Extract:
                 return bindings[key]
             if key in graph:
                 return self.node(graph[key], frames)
-        self.gpu |= self.is_gpu(key)
+        if self.graph.inlinable(key):
+            self.inlined.add(key)
+            return self.node(self.graph.dsk[key], [])
+        self.gpu |= self.graph.is_gpu(key)
         return self.leaf(TaskRef(key))
 
     def task(self, task: Task, frames):
@@ -220,16 +225,51 @@ def _reduction(task: Task):
     return kind, task.func, kwargs
 
 
-def rewrite(dsk: dict) -> dict:
-    """The graph with GPU reductions fused and slices folded into draws; ``dsk`` itself if none."""
-    is_gpu = functools.partial(_is_gpu, dsk, {})
-    out = None
+class _Graph:
+    """A graph being rewritten: which keys are GPU data, and which can move into their one reader."""
+
+    def __init__(self, dsk: dict, keys):
+        self.dsk, self.keys = dsk, set(keys)
+        self.is_gpu = functools.partial(_is_gpu, dsk, {})
+        self._readers: dict | None = None
+
+    def readers(self, key) -> list:
+        if self._readers is None:
+            self._readers = {}
+            for k, task in self.dsk.items():
+                for dep in getattr(task, "dependencies", ()):
+                    self._readers.setdefault(dep, []).append(k)
+        return self._readers.get(key, [])
+
+    def inlinable(self, key) -> bool:
+        """Read by one task only and not asked for: its task can move into that reader."""
+        return len(self.readers(key)) == 1 and key not in self.keys and isinstance(self.dsk.get(key), Task)
+
+
+def rewrite(dsk: dict, keys=()) -> dict:
+    """The graph with GPU reductions fused and slices folded into draws; ``dsk`` itself if none.
+
+    Each reduction's chain is taken whole, from the tasks that only it reads, so this works
+    with or without dask's own fusion (which distributed's client turns off). Fused chunk
+    steps then move into the task that combines them: one scheduler task per combine, not
+    one per chunk.
+    """
+    original, dsk = dsk, convert_legacy_graph(dsk)  # unfused graphs still hold tuple tasks
+    graph = _Graph(dsk, keys)
+    out, gone = dict(dsk), set()
     for key, task in dsk.items():
-        new = _rewrite(key, task, is_gpu)
+        if key in gone:
+            continue
+        new, inlined = _rewrite(key, task, graph)
         if new is not task:
-            out = dict(dsk) if out is None else out
             out[key] = new
-    return dsk if out is None else out
+            gone |= inlined
+    for key in gone:
+        out.pop(key, None)
+    out = _fold_top_level_slices(out, graph)
+    if not gone and all(out[k] is dsk.get(k) for k in out):
+        return original
+    return _inline_fused(out, graph)
 
 
 def _is_gpu(dsk, memo, key) -> bool:
@@ -263,16 +303,17 @@ def _makes_gpu_data(task: Task) -> bool:
     return _gpu_draw(draw[0]) if draw else _mentions_cupy(task)
 
 
-def _rewrite(key, task, is_gpu):
+def _rewrite(key, task, graph: _Graph):
+    """(new task, keys moved into it)."""
     if not isinstance(task, Task):
-        return task
+        return task, set()
     inner = task.args[0] if task.func is _execute_subgraph else None
     root = inner.get(task.args[1]) if inner is not None else task
     reduction = _reduction(root) if isinstance(root, Task) else None
-    fallback = _fold_slices(task) if inner is not None else task
+    fallback = (_fold_slices(task) if inner is not None else task), set()
     if reduction is None:
         return fallback
-    extract = _Extract(is_gpu)
+    extract = _Extract(graph)
     try:
         frames = []
         if inner is not None:
@@ -285,7 +326,7 @@ def _rewrite(key, task, is_gpu):
         return fallback
     kind, func, kwargs = reduction
     plan = Plan(expr, kind, func, tuple(sorted(kwargs.items())), tuple(extract.kinds))
-    return Task(key, fused_reduce, plan, *extract.leaves)
+    return Task(key, fused_reduce, plan, *extract.leaves), extract.inlined
 
 
 def _worth_it(expr) -> bool:
@@ -298,21 +339,91 @@ def _fold_slices(task: Task) -> Task:
     inner = dict(task.args[0])
     changed = False
     for k, t in list(inner.items()):
-        index = _getitem(t) if isinstance(t, Task) else None
-        source = t.args[0] if index is not None else None
-        if not isinstance(source, TaskRef) or not isinstance(inner.get(source.key), Task):
+        source = _sliced_draw(t, inner)
+        readers = [v for kk, v in inner.items() if kk != k and isinstance(v, Task) and source in v.dependencies]
+        if source is None or readers:
             continue
-        draw = as_draw(inner[source.key])
-        region = distributions.compose(draw[1], index) if draw else None
-        readers = [v for kk, v in inner.items() if kk != k and isinstance(v, Task) and source.key in v.dependencies]
-        if region is None or readers:
-            continue
-        inner[k] = Task(k, distributions.sample, draw[0], region)
-        del inner[source.key]
+        inner[k] = _drawn_slice(k, t, inner[source])
+        del inner[source]
         changed = True
     if not changed:
         return task
     return Task(task.key, _execute_subgraph, inner, *task.args[1:])
+
+
+def _fold_top_level_slices(dsk: dict, graph: _Graph) -> dict:
+    for key, task in list(dsk.items()):
+        source = _sliced_draw(task, dsk)
+        if source is not None and graph.inlinable(source):
+            dsk[key] = _drawn_slice(key, task, dsk.pop(source))
+    return dsk
+
+
+def _sliced_draw(task, graph):
+    """The key of the draw that ``task`` slices (within ``graph``), where the slice folds into it."""
+    index = _getitem(task) if isinstance(task, Task) else None
+    source = task.args[0] if index is not None else None
+    if not isinstance(source, TaskRef) or not isinstance(graph.get(source.key), Task):
+        return None
+    draw = as_draw(graph[source.key])
+    return source.key if draw and distributions.compose(draw[1], index) is not None else None
+
+
+def _drawn_slice(key, getitem_task, draw_task):
+    draw, region = as_draw(draw_task)
+    return Task(key, distributions.sample, draw, distributions.compose(region, _getitem(getitem_task)))
+
+
+BATCH = 16  # chunk steps per scheduler task: enough to hide the scheduler's cost per task
+
+
+def _inline_fused(dsk: dict, graph: _Graph) -> dict:
+    """Fused chunk steps move into the tasks that combine them, until a task holds ``BATCH``.
+
+    A chunk step takes well under a millisecond on a GPU, and the scheduler's cost per task
+    is of that order: moving steps (and then small combine steps) into the one task that
+    reads them keeps the GPU busy. A moved task runs as an argument, in place.
+    """
+    weight = {k: 1 for k, t in dsk.items() if isinstance(t, Task) and t.func is fused_reduce}
+    while True:
+        readers = _Graph(dsk, graph.keys).readers
+        moves = {}  # the key a reader names -> the task that moves into it
+        for key in [k for k, w in weight.items() if w < BATCH and k in dsk and k not in graph.keys]:
+            (reader, *more) = readers(key) or [None]
+            if reader is None or more:
+                continue
+            if isinstance(dsk[reader], Alias):  # dask's fused graphs name chunk results through one
+                (key, reader, *more) = [reader, *(readers(reader) or [None])]
+                if reader is None or more or key in graph.keys:
+                    continue
+                moves[key] = dsk[key].target
+            else:
+                moves[key] = key
+            weight[reader] = weight.get(reader, 0) + weight[moves[key]]
+        if not moves:
+            return dsk
+        gone = set(moves) | set(moves.values())
+        dsk = {k: _with_inlined(t, dsk, moves) if isinstance(t, Task) else t for k, t in dsk.items() if k not in gone}
+
+
+def _with_inlined(task: Task, dsk, moves):
+    if not any(d in moves for d in task.dependencies):
+        return task
+
+    def swap(arg):
+        if isinstance(arg, (TaskRef, Alias)):
+            key = arg.target if isinstance(arg, Alias) else arg.key
+            if key in moves:
+                fused = dsk[moves[key]]
+                return Task(None, fused.func, *fused.args)
+            return arg
+        if isinstance(arg, Task):
+            return _with_inlined(arg, dsk, moves)
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(swap(a) for a in arg)
+        return arg
+
+    return Task(task.key, task.func, *map(swap, task.args), **{k: swap(v) for k, v in task.kwargs.items()})
 
 
 # --- at run time ------------------------------------------------------------------------------
@@ -364,7 +475,7 @@ def optimize(dsk, keys, **kwargs):
     dsk = dask_optimize(dsk, keys, **kwargs)
     if not dask.config.get("gpu.array-optimize", True):
         return dsk
-    return rewrite(dict(dsk))
+    return rewrite(dict(dsk), flatten(keys) if isinstance(keys, list) else [keys])
 
 
 def install() -> None:
