@@ -225,12 +225,14 @@ def _identity(kind, dtype):
 
 
 @functools.lru_cache(maxsize=256)
-def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None) -> tuple[str, np.dtype]:
-    """The kernel's text and output dtype.
+def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None, wide: bool = True):
+    """The kernels' text (``fused``, and ``finish`` for a reduction) and the output dtype.
 
     ``leaves``: ("array", dtype) or ("draw", Draw); ``body(builder, syms) -> Sym`` is the
-    expression; ``out_dtype`` a dtype or a function of the expression's dtype.
+    expression; ``out_dtype`` a dtype or a function of the expression's dtype. Unless
+    ``wide``, indices fit 32 bits: 64-bit division costs a GPU several times more.
     """
+    index_t = "long long" if wide else "unsigned int"
     b = Builder()
     params, loads, helpers = [], [], []
     index = " + ".join(f"i{k} * {{a}}{k}" for k in range(ndim)) or "0"
@@ -255,8 +257,9 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None)
     out_dtype = np.dtype(out_dtype(result.dtype) if isinstance(out_dtype, types.FunctionType) else out_dtype)
     out_t = ctype(out_dtype)
     params += [f"long long n{k}" for k in range(ndim)] + ["long long total", f"{out_t}* __restrict__ out"]
-    split = "".join(f"    long long i{k} = rest % n{k}; rest /= n{k};\n" for k in range(ndim - 1, 0, -1))
-    split += "    long long i0 = rest;\n" if ndim else ""
+    split = "".join(f"    {index_t} i{k} = rest % ({index_t})n{k}; rest /= ({index_t})n{k};\n"
+                    for k in range(ndim - 1, 0, -1))
+    split += f"    {index_t} i0 = rest;\n" if ndim else ""
     statements = "".join(f"    {line}\n" for line in b.lines)
     if reduce is None:
         work, finish = f"    out[t] = ({out_t}){result.name};\n", ""
@@ -264,15 +267,15 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None)
         identity, combine = REDUCE[reduce]
         identity = _identity(reduce, np.dtype(out_dtype))
         work = f"    acc = {combine.format(a='acc', b=f'({out_t}){result.name}')};\n"
-        finish = _block_reduce(out_t, combine, identity)
+        finish = _block_reduce(out_t, combine, identity) + "}\n" + _finish_kernel(out_t, combine, identity)
     source = (
         "#define CUDART_INF __longlong_as_double(0x7ff0000000000000ULL)\n"
         + PHILOX + "".join(helpers)
         + f'extern "C" __global__ void fused({", ".join(params)}) {{\n'
         + (f"  {out_t} acc = ({out_t}){identity};\n" if reduce else "")
         + "  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;"
-        " t += (long long)blockDim.x * gridDim.x) {\n    long long rest = t;\n"
-        + split + statements + work + "  }\n" + finish + "}\n"
+        f" t += (long long)blockDim.x * gridDim.x) {{\n    {index_t} rest = ({index_t})t;\n"
+        + split + statements + work + "  }\n" + (finish or "}\n")
     )
     return source, out_dtype
 
@@ -291,11 +294,21 @@ def _block_reduce(out_t, combine, identity):
     )
 
 
+def _finish_kernel(out_t, combine, identity):
+    """One block combining the blocks' partial results, in a fixed order (deterministic)."""
+    return (
+        f'extern "C" __global__ void finish(const {out_t}* __restrict__ partial, int n, {out_t}* __restrict__ out) {{\n'
+        f"  {out_t} acc = ({out_t}){identity};\n"
+        f"  for (int i = threadIdx.x; i < n; i += blockDim.x) acc = {combine.format(a='acc', b='partial[i]')};\n"
+        + _block_reduce(out_t, combine, identity) + "}\n"
+    )
+
+
 @functools.lru_cache(maxsize=256)
-def compile_kernel(source: str):
+def compile_kernel(source: str, name: str = "fused"):
     import cupy
 
-    return cupy.RawKernel(source, "fused", options=("--fmad=false", "-std=c++17"))
+    return cupy.RawModule(code=source, options=("--fmad=false", "-std=c++17")).get_function(name)
 
 
 THREADS = 256
@@ -303,6 +316,11 @@ THREADS = 256
 
 def launch(source: str, args: list, total: int, out, blocks: int) -> None:
     compile_kernel(source)((blocks,), (THREADS,), tuple(args) + (np.int64(total), out))
+
+
+def finish(source: str, partial, out) -> None:
+    """``out[0]``: the blocks' ``partial`` results of a reduction kernel, combined."""
+    compile_kernel(source, "finish")((1,), (THREADS,), (partial, np.int32(partial.size), out))
 
 
 def blocks_for(total: int) -> int:
@@ -343,7 +361,8 @@ def sample(draw, region):
     shape = tuple(len(r) for r in region)
     out = cupy.empty(shape, dtype=draw.dtype)
     if out.size:
-        source, _ = kernel_source((("draw", _code_key(draw)),), len(shape), _first, draw.dtype, None)
+        wide = out.size >= 2**31 or max(shape) >= 2**31
+        source, _ = kernel_source((("draw", _code_key(draw)),), len(shape), _first, draw.dtype, None, wide)
         args = leaf_args("draw", (draw, region)) + [np.int64(n) for n in shape]
         launch(source, args, out.size, out, blocks_for(out.size))
     return out

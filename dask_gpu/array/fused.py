@@ -33,16 +33,17 @@ def reduce(plan: Plan, leaves):
         raise Unsupported("a reduction over some of the axes, or of nothing")
     kernel_inputs = tuple((kind, _code_key(kind, value)) for kind, value in inputs.values())
     reduction = "sum" if plan.reduction == "mean" else plan.reduction
+    total = int(np.prod(shape))
     source, out_dtype = codegen.kernel_source(
         kernel_inputs, len(shape), Body(tree), _out_dtype(plan.reduction, kwargs.get("dtype")),
-        reduction,
+        reduction, total >= 2**31,
     )
-    total = int(np.prod(shape))
     blocks = codegen.blocks_for(total)
     partial = cupy.empty(blocks, dtype=out_dtype)
     args = [a for kind, value in inputs.values() for a in codegen.leaf_args(kind, value)]
     codegen.launch(source, args + [np.int64(n) for n in shape], total, partial, blocks)
-    result = getattr(partial, reduction)().reshape((1,) * len(shape))
+    result = cupy.empty((1,) * len(shape), dtype=out_dtype)
+    codegen.finish(source, partial, result)
     if plan.reduction == "mean":
         from dask.array.reductions import numel
 

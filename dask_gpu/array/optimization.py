@@ -413,10 +413,7 @@ def _with_inlined(task: Task, dsk, moves):
     def swap(arg):
         if isinstance(arg, (TaskRef, Alias)):
             key = arg.target if isinstance(arg, Alias) else arg.key
-            if key in moves:
-                fused = dsk[moves[key]]
-                return Task(None, fused.func, *fused.args)
-            return arg
+            return dsk[moves[key]] if key in moves else arg
         if isinstance(arg, Task):
             return _with_inlined(arg, dsk, moves)
         if isinstance(arg, (list, tuple)):
