@@ -4,9 +4,10 @@ In one run, each timed from building the array to the result (``--repeat`` times
 
 - ``seed``: the seed's code as written (CuPy's ``RandomState``), on dask-gpu's cluster;
 - ``dask_gpu_random``: the same workload drawing from ``dask_gpu.random``;
-- ``limit_seed`` and ``limit_dask_gpu_random``: the same values, no Dask: a loop of CuPy's
-  RandomState and the fused kernel over the chunks, and one fused kernel over the whole
-  array (the values drawn where they are summed);
+- ``limit_seed`` and ``limit_dask_gpu_random``: the same values, no Dask: a plain loop over
+  the chunks of CuPy's RandomState and the fused kernel, or of the fused kernel alone (the
+  values drawn where they are summed); ``one_kernel_dask_gpu_random``: one kernel over the
+  whole array;
 - ``dask_cuda_seed``: the seed's code on dask-cuda's cluster, without dask-gpu's graph
   optimization, when dask-cuda is installed.
 
@@ -50,17 +51,31 @@ DRAWN_SUM = Plan(Index((slice(None, None, 2),) * 2, Call(np.add, (DrawLeaf(0), 1
 
 def limit_seed(size, chunks):
     """CuPy's RandomState per chunk and the fused kernel, in a plain loop: the seed's values, no Dask."""
-    total = cupy.zeros((1, 1))
+    total, generator = cupy.zeros((1, 1)), cupy.random.RandomState()
     for i in range((size // chunks) ** 2):
-        block = cupy.random.RandomState(i).normal(10, 1, size=(chunks, chunks))
+        generator.seed(i)
+        block = generator.normal(10, 1, size=(chunks, chunks))
         total += fused.reduce(SUM, (block,))
         del block
     return float(total.get()[0, 0])
 
 
+def _draw(size):
+    return distributions.Draw((1, 2), 0, "normal", (10.0, 1.0), (size, size), np.dtype("f8"), "cupy")
+
+
 def limit_dask_gpu_random(size, chunks):
-    """One fused kernel over the whole array: each kept value drawn and summed in registers."""
-    draw = distributions.Draw((1, 2), 0, "normal", (10.0, 1.0), (size, size), np.dtype("f8"), "cupy")
+    """The fused kernel of each chunk in a plain loop: each kept value drawn and summed in registers."""
+    draw, total = _draw(size), cupy.zeros((1, 1))
+    for i in range(0, size, chunks):
+        for j in range(0, size, chunks):
+            total += fused.reduce(DRAWN_SUM, ((draw, (range(i, i + chunks), range(j, j + chunks))),))
+    return float(total.get()[0, 0])
+
+
+def one_kernel_dask_gpu_random(size, chunks):
+    """One fused kernel over the whole array."""
+    draw = _draw(size)
     return float(fused.reduce(DRAWN_SUM, ((draw, distributions.whole(draw.shape)),)).get()[0, 0])
 
 
@@ -85,7 +100,8 @@ def main():
     shape = {"size": args.size, "chunks": args.chunks, "repeat": args.repeat}
     results = {"machine": machine_dict(), "workload": "(x + 1)[::2, ::2].sum(), x normal(10, 1)", **shape}
     runs = {}
-    for name, run in [("limit_dask_gpu_random", limit_dask_gpu_random), ("limit_seed", limit_seed)]:
+    limits = [limit_dask_gpu_random, one_kernel_dask_gpu_random, limit_seed]
+    for name, run in [(f.__name__, f) for f in limits]:
         run(args.chunks * 2, args.chunks)  # compiles the kernel
         runs[name] = timed(run, args.size, args.chunks, args.repeat)
         print(name, runs[name], flush=True)

@@ -180,3 +180,18 @@ def test_the_backend_default_rng_folds_slices_and_fuses():
     assert fused_tasks(optimized(y))
     fast, slow = compute_both(y)
     assert np.allclose(fast, slow, rtol=1e-12)
+
+
+@gpu
+@pytest.mark.parametrize("method", sorted(optimization.RESEEDABLE))
+def test_a_reseeded_cupy_randomstate_draws_the_same_values(method):
+    import cupy
+    from dask.array.random import _apply_random, random_state_data
+
+    args = {"normal": (10.0, 2.0), "uniform": (-1.0, 3.0), "lognormal": (0.0, 0.5)}.get(method, ())
+    if not hasattr(cupy.random.RandomState, method):
+        pytest.skip(f"CuPy's RandomState has no {method}")
+    for state in random_state_data(3):
+        fresh = _apply_random(cupy.random.RandomState, method, state, (300, 200), args, {})
+        again = optimization.reseeded_random(cupy.random.RandomState, method, state, (300, 200), args, {})
+        assert bool((fresh == again).all())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import threading
 
 import numpy as np
 from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
@@ -147,7 +148,7 @@ class _Extract:
         if any(dep in graph or dep in bound for dep in task.dependencies for graph, bound in frames):
             raise _Abort  # it reads this task's own inner values: it cannot be lifted out as a leaf
         self.gpu |= _mentions_cupy(task)
-        return self.leaf(task)
+        return self.leaf(_reseeded(task))
 
 
 def _getitem(task: Task):
@@ -180,6 +181,39 @@ def as_draw(task: Task):
             return None
         return draw, distributions.whole(draw.shape)
     return None
+
+
+RESEEDABLE = frozenset({"normal", "standard_normal", "random_sample", "random", "uniform", "lognormal"})
+_generators = threading.local()
+
+
+def _reseeded(task: Task) -> Task:
+    """dask.array's block of a CuPy ``RandomState``, drawn by a generator reused in the thread.
+
+    Making a cuRAND generator allocates and frees device memory, which waits for the GPU;
+    seeding one again does not, and draws the same values.
+    """
+    from dask.array.random import _apply_random
+
+    if task.func is not _apply_random or len(task.args) != 6:
+        return task
+    cls, method = _plain(task.args[0]), _plain(task.args[1])
+    if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
+        return task
+    return Task(task.key, reseeded_random, *task.args, **task.kwargs)
+
+
+def reseeded_random(cls, method, state, size, args, kwargs):
+    generators = _generators.__dict__.setdefault("by_class", {})
+    if cls not in generators:
+        generators[cls] = cls()
+    generator = generators[cls]
+    generator.seed(state)
+    return getattr(generator, method)(*args, size=size, **kwargs)
+
+
+def _is_cupy_class(cls) -> bool:
+    return cls.__module__.split(".")[0] == "cupy"
 
 
 def _gpu_draw(draw) -> bool:
