@@ -183,7 +183,7 @@ def as_draw(task: Task):
     return None
 
 
-RESEEDABLE = frozenset({"normal", "standard_normal", "random_sample", "random", "uniform", "lognormal"})
+RESEEDABLE = frozenset({"normal", "standard_normal", "random_sample", "uniform", "lognormal"})
 _generators = threading.local()
 
 
