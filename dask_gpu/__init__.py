@@ -1,7 +1,7 @@
 """dask-gpu: Dask on NVIDIA GPUs."""
 
 from dask_gpu import config as _config  # noqa: F401  (registers the gpu.* defaults)
-from dask_gpu.array.optimization import install as _install_array_optimization
+from dask_gpu.array import install as _install_array_optimization
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.devices import Device, NoGPUError, State, System, discover
 from dask_gpu.memory.allocator import DeviceMemoryError

@@ -72,6 +72,6 @@ def scheduler(tmp_path):
 @pytest.fixture(autouse=True)
 def array_optimization():
     """dask-gpu's array optimization, as importing dask_gpu installs it (some tests refresh dask's config)."""
-    from dask_gpu.array.optimization import install
+    from dask_gpu.array import install
 
     install()

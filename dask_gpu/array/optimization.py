@@ -19,14 +19,18 @@ import dataclasses
 import functools
 import operator
 import threading
+import types
 
 import numpy as np
 from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
 from dask.array.chunk import astype as _astype
+from dask.array.chunk import getitem
+from dask.array.random import _apply_random, _apply_random_func
 from dask.core import flatten
 
 from dask_gpu.array import distributions
 from dask_gpu.array.codegen import OPERATORS, Unsupported
+from dask_gpu.random import Philox, default_rng
 
 ELEMENTWISE = frozenset(OPERATORS)
 
@@ -152,9 +156,7 @@ class _Extract:
 
 
 def _getitem(task: Task):
-    from dask.array.chunk import getitem
-
-    if task.func in (getitem, operator.getitem) and len(task.args) == 2:
+    if (task.func is getitem or task.func is operator.getitem) and len(task.args) == 2:
         index = _plain(task.args[1])
         index = index if isinstance(index, tuple) else (index,)
         if all(isinstance(i, slice) for i in index):
@@ -164,10 +166,6 @@ def _getitem(task: Task):
 
 def as_draw(task: Task):
     """``(Draw, region)`` when ``task`` makes counter-based random values, else None."""
-    from dask.array.random import _apply_random_func
-
-    from dask_gpu.random import Philox, default_rng
-
     if task.func is distributions.sample and not task.kwargs:
         draw, region = map(_plain, task.args)
         return draw, region
@@ -193,8 +191,6 @@ def _reseeded(task: Task) -> Task:
     Making a cuRAND generator allocates and frees device memory, which waits for the GPU;
     seeding one again does not, and draws the same values.
     """
-    from dask.array.random import _apply_random
-
     if task.func is not _apply_random or len(task.args) != 6:
         return task
     cls, method = _plain(task.args[0]), _plain(task.args[1])
@@ -225,18 +221,24 @@ def _plain(arg):
 
 
 def _is_cupy(value) -> bool:
-    return type(value).__module__.split(".")[0] in ("cupy", "cupyx")
+    return _cupy_module(type(value).__module__)
+
+
+@functools.cache
+def _cupy_module(module) -> bool:
+    return isinstance(module, str) and module.split(".")[0] in ("cupy", "cupyx")
 
 
 def _mentions_cupy(task: Task) -> bool:
     """Whether a task's function or arguments come from CuPy (e.g. CuPy's RandomState)."""
-    from dask_gpu.random import Philox
-
-    values = [task.func, *map(_plain, task.args), *map(_plain, task.kwargs.values())]
-    return any(
-        v is Philox or _is_cupy(v) or getattr(v, "__module__", None) and str(v.__module__).split(".")[0] == "cupy"
-        for v in values
-    )
+    random = task.func is _apply_random or task.func is _apply_random_func
+    for value in task.args[:1] if random else (task.func, *task.args, *task.kwargs.values()):
+        value = value.value if isinstance(value, DataNode) else value
+        if value is Philox or _is_cupy(value):
+            return True
+        if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) and _cupy_module(value.__module__):
+            return True
+    return False
 
 
 # --- the graph pass --------------------------------------------------------------------------
@@ -345,7 +347,7 @@ def _rewrite(key, task, graph: _Graph):
     root = inner.get(task.args[1]) if inner is not None else task
     reduction = _reduction(root) if isinstance(root, Task) else None
     fallback = (_fold_slices(task) if inner is not None else task), set()
-    if reduction is None:
+    if reduction is None or not (_makes_gpu_data(task) or any(map(graph.is_gpu, task.dependencies))):
         return fallback
     extract = _Extract(graph)
     try:
@@ -370,6 +372,9 @@ def _worth_it(expr) -> bool:
 
 def _fold_slices(task: Task) -> Task:
     """``task`` (a fused one) with each slice of a draw in it drawn directly."""
+    sources = (distributions.sample, _apply_random_func)
+    if not any(isinstance(t, Task) and t.func in sources for t in task.args[0].values()):
+        return task
     inner = dict(task.args[0])
     changed = False
     for k, t in list(inner.items()):
@@ -408,7 +413,7 @@ def _drawn_slice(key, getitem_task, draw_task):
     return Task(key, distributions.sample, draw, distributions.compose(region, _getitem(getitem_task)))
 
 
-BATCH = 16  # chunk steps per scheduler task: enough to hide the scheduler's cost per task
+BATCH = 64  # chunk steps per scheduler task: tens of milliseconds of GPU work against a few of scheduling
 
 
 def _inline_fused(dsk: dict, graph: _Graph) -> dict:
@@ -508,10 +513,3 @@ def optimize(dsk, keys, **kwargs):
         return dsk
     return rewrite(dict(dsk), flatten(keys) if isinstance(keys, list) else [keys])
 
-
-def install() -> None:
-    """Make dask.array optimize with :func:`optimize`, unless another optimizer is configured."""
-    import dask
-
-    if dask.config.get("array_optimize", None) in (None, optimize):
-        dask.config.set(array_optimize=optimize)
