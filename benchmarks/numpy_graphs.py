@@ -17,7 +17,6 @@ import time
 
 import dask
 import dask.array as da
-import numpy as np
 from dask.array.optimization import optimize as dask_optimize
 
 import dask_gpu  # noqa: F401  (installs dask-gpu's array optimization)
