@@ -1,9 +1,10 @@
 """The seed's 2 TB workload, (x + 1)[::2, ::2].sum() on a normal random array, on this machine's GPUs.
 
-    python examples/seed_2tb.py [--size 500000] [--chunks 10000] [--mean] [--rng seed|gpu]
+    python examples/seed_2tb.py [--size 500000] [--chunks 10000] [--mean] [--rng seed|gpu|counter]
 
 --rng seed runs the seed's code as written (CuPy's legacy RandomState); --rng gpu draws from
-the ``gpu`` array backend's ``da.random.default_rng``. --mean runs the seed's mean variant.
+the ``gpu`` array backend's ``da.random.default_rng``; --rng counter from ``dask_gpu.random``,
+whose values are drawn inside the fused kernel. --mean runs the seed's mean variant.
 """
 
 import argparse
@@ -14,6 +15,7 @@ import dask
 import dask.array as da
 from distributed import Client
 
+import dask_gpu.random
 from dask_gpu import LocalCUDACluster
 
 if __name__ == "__main__":
@@ -21,7 +23,7 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, default=500_000)
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--mean", action="store_true")
-    parser.add_argument("--rng", choices=["seed", "gpu"], default="seed")
+    parser.add_argument("--rng", choices=["seed", "gpu", "counter"], default="seed")
     args = parser.parse_args()
 
     with LocalCUDACluster() as cluster, Client(cluster):
@@ -30,7 +32,8 @@ if __name__ == "__main__":
             x = rs.normal(10, 1, size=(args.size, args.size), chunks=(args.chunks, args.chunks))
         else:
             with dask.config.set({"array.backend": "gpu"}):
-                x = da.random.default_rng().normal(10, 1, size=(args.size, args.size), chunks=args.chunks)
+                rng = da.random.default_rng() if args.rng == "gpu" else dask_gpu.random.default_rng()
+                x = rng.normal(10, 1, size=(args.size, args.size), chunks=args.chunks)
         y = (x + 1)[::2, ::2]
         start = time.perf_counter()
         result = float((y.mean() if args.mean else y.sum()).compute())

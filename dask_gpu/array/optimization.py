@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import sys
 import threading
 import types
 
@@ -511,5 +512,16 @@ def optimize(dsk, keys, **kwargs):
     dsk = dask_optimize(dsk, keys, **kwargs)
     if not dask.config.get("gpu.array-optimize", True):
         return dsk
+    if "cupy" not in sys.modules and not _has_draws(dsk):
+        return dsk  # no GPU data can exist before CuPy is imported, and no slice to fold
     return rewrite(dict(dsk), flatten(keys) if isinstance(keys, list) else [keys])
+
+
+def _has_draws(dsk) -> bool:
+    def draws(task):
+        if task.func is _execute_subgraph:
+            return any(isinstance(t, Task) and draws(t) for t in task.args[0].values())
+        return task.func is distributions.sample
+
+    return any(isinstance(t, Task) and draws(t) for t in dict(dsk).values())
 
