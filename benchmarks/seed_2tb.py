@@ -29,7 +29,7 @@ from distributed import Client
 from dask_gpu import LocalCUDACluster
 from dask_gpu import random as gpu_random
 from dask_gpu.array import distributions, fused
-from dask_gpu.array.optimization import Call, DrawLeaf, Index, Leaf, Plan
+from dask_gpu.array.plan import Call, DrawLeaf, Index, Leaf, Plan
 from dask_gpu.report import machine_dict
 
 

@@ -11,8 +11,8 @@ from dask._task_spec import Task, _execute_subgraph
 from dask.array.optimization import optimize as dask_optimize
 
 from dask_gpu import random
-from dask_gpu.array import distributions, optimization
-from dask_gpu.array.optimization import Call, DrawLeaf, Index, fused_reduce
+from dask_gpu.array import distributions, optimization, plan
+from dask_gpu.array.plan import Call, DrawLeaf, Index, fused_reduce
 
 gpu = pytest.mark.gpu
 
@@ -200,5 +200,5 @@ def test_a_reseeded_cupy_randomstate_draws_the_same_values(method):
     args = {"normal": (10.0, 2.0), "uniform": (-1.0, 3.0), "lognormal": (0.0, 0.5)}.get(method, ())
     for state in random_state_data(3):
         fresh = _apply_random(cupy.random.RandomState, method, state, (300, 200), args, {})
-        again = optimization.reseeded_random(cupy.random.RandomState, method, state, (300, 200), args, {})
+        again = plan.reseeded_random(cupy.random.RandomState, method, state, (300, 200), args, {})
         assert bool((fresh == again).all())

@@ -14,7 +14,7 @@ import numpy as np
 
 from dask_gpu.array import codegen, distributions
 from dask_gpu.array.codegen import Unsupported
-from dask_gpu.array.optimization import Call, DrawLeaf, Index, Leaf, Plan
+from dask_gpu.array.plan import Call, DrawLeaf, Index, Leaf, Plan
 
 
 def reduce(plan: Plan, leaves):

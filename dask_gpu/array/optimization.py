@@ -15,11 +15,9 @@ runs: CuPy inputs take the kernel, anything else the original operations, one by
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 import sys
-import threading
 import types
 
 import numpy as np
@@ -30,54 +28,22 @@ from dask.array.random import _apply_random, _apply_random_func
 from dask.core import flatten
 
 from dask_gpu.array import distributions
-from dask_gpu.array.codegen import OPERATORS, Unsupported
+from dask_gpu.array.codegen import OPERATORS
+from dask_gpu.array.plan import (
+    AsType,
+    Call,
+    DrawLeaf,
+    Index,
+    Leaf,
+    Plan,
+    _cupy_module,
+    _is_cupy,
+    fused_reduce,
+    reseeded_random,
+)
 from dask_gpu.random import Philox, default_rng
 
 ELEMENTWISE = frozenset(OPERATORS)
-
-
-# --- expressions: what one task computes, as a tree -------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Leaf:
-    position: int  # which argument of the rewritten task holds its value
-
-
-@dataclasses.dataclass(frozen=True)
-class DrawLeaf:
-    position: int  # the argument holds (Draw, region): values made where they are read
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    func: object
-    args: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class Index:
-    index: tuple
-    child: object
-
-
-@dataclasses.dataclass(frozen=True)
-class AsType:
-    """``x.astype(dtype)`` as a function, so that a cast is one more elementwise operation."""
-
-    dtype: np.dtype
-
-    def __call__(self, x):
-        return x.astype(self.dtype)
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    expr: object
-    reduction: str  # "sum", "max", "min" or "mean"
-    func: object  # dask's chunk function, for the fallback
-    kwargs: tuple
-    kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair) or "value"
 
 
 class _Abort(Exception):
@@ -183,7 +149,6 @@ def as_draw(task: Task):
 
 
 RESEEDABLE = frozenset({"normal", "standard_normal", "random_sample", "uniform", "lognormal"})
-_generators = threading.local()
 
 
 def _reseeded(task: Task) -> Task:
@@ -200,15 +165,6 @@ def _reseeded(task: Task) -> Task:
     return Task(task.key, reseeded_random, *task.args, **task.kwargs)
 
 
-def reseeded_random(cls, method, state, size, args, kwargs):
-    generators = _generators.__dict__.setdefault("by_class", {})
-    if cls not in generators:
-        generators[cls] = cls()
-    generator = generators[cls]
-    generator.seed(state)
-    return getattr(generator, method)(*args, size=size, **kwargs)
-
-
 def _is_cupy_class(cls) -> bool:
     return cls.__module__.split(".")[0] == "cupy"
 
@@ -219,15 +175,6 @@ def _gpu_draw(draw) -> bool:
 
 def _plain(arg):
     return arg.value if isinstance(arg, DataNode) else arg
-
-
-def _is_cupy(value) -> bool:
-    return _cupy_module(type(value).__module__)
-
-
-@functools.cache
-def _cupy_module(module) -> bool:
-    return isinstance(module, str) and module.split(".")[0] in ("cupy", "cupyx")
 
 
 def _mentions_cupy(task: Task) -> bool:
@@ -461,44 +408,6 @@ def _with_inlined(task: Task, dsk, moves):
         return arg
 
     return Task(task.key, task.func, *map(swap, task.args), **{k: swap(v) for k, v in task.kwargs.items()})
-
-
-# --- at run time ------------------------------------------------------------------------------
-
-
-def fused_reduce(plan: Plan, *leaves):
-    """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
-    on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
-              for kind, leaf in zip(plan.kinds, leaves))
-    if all(on_gpu):
-        from dask_gpu.array import fused
-
-        try:
-            return fused.reduce(plan, leaves)
-        except Unsupported:
-            pass
-    return evaluate(plan, leaves)
-
-
-def evaluate(plan: Plan, leaves):
-    """The chain computed as dask would have: each operation on whole arrays, then the chunk step."""
-    value = _value(plan.expr, leaves)
-    if _is_cupy(value) and not value.flags.c_contiguous:
-        value = value.copy()  # never reduce a strided CuPy view
-    func = plan.func.func if isinstance(plan.func, functools.partial) else plan.func
-    return func(value, **dict(plan.kwargs))
-
-
-def _value(expr, leaves):
-    if isinstance(expr, Leaf):
-        return leaves[expr.position]
-    if isinstance(expr, DrawLeaf):
-        return distributions.sample(*leaves[expr.position])
-    if isinstance(expr, Index):
-        return _value(expr.child, leaves)[expr.index]
-    if isinstance(expr, Call):
-        return expr.func(*(_value(a, leaves) for a in expr.args))
-    return expr  # a constant
 
 
 # --- installing it ---------------------------------------------------------------------------

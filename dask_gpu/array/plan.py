@@ -1,0 +1,117 @@
+"""What a task rewritten by :mod:`dask_gpu.array.optimization` runs, and the plan it carries.
+
+A :class:`Plan` is a chunk's chain as a tree: elementwise calls (:class:`Call`), slices
+(:class:`Index`) and leaves, the task's other arguments (:class:`Leaf`, or :class:`DrawLeaf`
+for values drawn where they are read), under a reduction. :func:`fused_reduce` runs it as one
+GPU kernel when its inputs are CuPy (:mod:`dask_gpu.array.fused`), and as the original
+operations, one by one, otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+
+import numpy as np
+
+from dask_gpu.array import distributions
+from dask_gpu.array.codegen import Unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    position: int  # which argument of the rewritten task holds its value
+
+
+@dataclasses.dataclass(frozen=True)
+class DrawLeaf:
+    position: int  # the argument holds (Draw, region): values made where they are read
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    func: object
+    args: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    index: tuple
+    child: object
+
+
+@dataclasses.dataclass(frozen=True)
+class AsType:
+    """``x.astype(dtype)`` as a function, so that a cast is one more elementwise operation."""
+
+    dtype: np.dtype
+
+    def __call__(self, x):
+        return x.astype(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    expr: object
+    reduction: str  # "sum", "max", "min" or "mean"
+    func: object  # dask's chunk function, for the fallback
+    kwargs: tuple
+    kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair) or "value"
+
+
+def fused_reduce(plan: Plan, *leaves):
+    """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
+    on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
+              for kind, leaf in zip(plan.kinds, leaves))
+    if all(on_gpu):
+        from dask_gpu.array import fused
+
+        try:
+            return fused.reduce(plan, leaves)
+        except Unsupported:
+            pass
+    return evaluate(plan, leaves)
+
+
+def evaluate(plan: Plan, leaves):
+    """The chain computed as dask would have: each operation on whole arrays, then the chunk step."""
+    value = _value(plan.expr, leaves)
+    if _is_cupy(value) and not value.flags.c_contiguous:
+        value = value.copy()  # never reduce a strided CuPy view
+    func = plan.func.func if isinstance(plan.func, functools.partial) else plan.func
+    return func(value, **dict(plan.kwargs))
+
+
+def _value(expr, leaves):
+    if isinstance(expr, Leaf):
+        return leaves[expr.position]
+    if isinstance(expr, DrawLeaf):
+        return distributions.sample(*leaves[expr.position])
+    if isinstance(expr, Index):
+        return _value(expr.child, leaves)[expr.index]
+    if isinstance(expr, Call):
+        return expr.func(*(_value(a, leaves) for a in expr.args))
+    return expr  # a constant
+
+
+_generators = threading.local()
+
+
+def reseeded_random(cls, method, state, size, args, kwargs):
+    """dask.array's ``_apply_random`` for a CuPy ``RandomState``, with one generator per thread."""
+    generators = _generators.__dict__.setdefault("by_class", {})
+    if cls not in generators:
+        generators[cls] = cls()
+    generator = generators[cls]
+    generator.seed(state)
+    return getattr(generator, method)(*args, size=size, **kwargs)
+
+
+def _is_cupy(value) -> bool:
+    return _cupy_module(type(value).__module__)
+
+
+@functools.cache
+def _cupy_module(module) -> bool:
+    return isinstance(module, str) and module.split(".")[0] in ("cupy", "cupyx")
