@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import sys
+from importlib.util import find_spec
 
 import click
 
@@ -135,19 +136,29 @@ def config(scheduler, scheduler_file, timeout, as_json):
 @click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True)
 @click.option("--shape", type=int, help="Side of the square array (overrides --size).")
 @click.option("--chunks", type=int, help="Side of a square chunk (overrides --size).")
+@click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose [default: all].")
+@click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
-def bench(size, shape, chunks, json_path):
-    """Run the seed workload, (x + 1)[::2, ::2].sum(), on the CPU and on every GPU here."""
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
+def bench(size, shape, chunks, workloads, compare, json_path, plot_path):
+    """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table."""
     from dask_gpu.benchmarks import seed
 
+    names = [w.strip() for w in workloads.split(",")] if workloads else list(seed.WORKLOADS)
+    if plot_path and find_spec("matplotlib") is None:
+        raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
+    steps = len(seed.architectures(compare)) * len(names)
     try:
-        results = seed.run(size, shape, chunks, echo=click.echo)
+        with click.progressbar(length=steps, label="running", item_show_func=lambda item: item, file=sys.stderr) as bar:
+            results = seed.run(size, shape, chunks, names, compare, progress=lambda label: bar.update(1, label))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(seed.table(results))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(results, f, indent=2)
+    if plot_path:
+        seed.plot(results, plot_path)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,13 +1,21 @@
-"""The seed workload, ``(x + 1)[::2, ::2].sum()`` on a normal random array, on each architecture here.
+"""The seeds' workloads on each architecture of this machine: the seed's comparison table.
 
-Columns: one CPU core, all CPU cores, and (when there are GPUs and CuPy) all GPUs through
-LocalCUDACluster, running the seed's own code. CPU columns past ``CPU_BUDGET`` values are
-estimated from a measured corner of the array and marked as estimates.
+Workloads (the seeds' code; NumPy chunks on the CPU, CuPy's ``RandomState`` on the GPU):
+``sum`` is ``(x + 1)[::2, ::2].sum()`` on a normal random array, ``mean`` its mean variant,
+``svd`` the singular values of a tall-and-skinny random matrix, and ``transpose``
+``(x + x.T).sum()``, which moves every chunk to another worker's.
+
+Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster),
+and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. A CPU column
+whose workload is larger than ``CPU_BUDGET`` values runs a measured fraction of it (same
+chunks) and is scaled up, marked as an estimate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
 from importlib.util import find_spec
 
@@ -15,19 +23,56 @@ import dask
 import dask.array as da
 
 from dask_gpu import devices
-from dask_gpu.report import machine_dict, table as text_table
+from dask_gpu.report import machine_dict
+from dask_gpu.report import table as text_table
 
 SIZES = {"small": (10_000, 1_000), "medium": (50_000, 5_000), "full": (500_000, 10_000)}
-CPU_BUDGET = 2.5e9  # values a CPU column generates in full; past this it measures a corner
-MEAN = 11.0  # x ~ N(10, 1), so the kept values of x + 1 average 11
+CPU_BUDGET = 2.5e9  # values a CPU column makes in full; past this it measures a fraction
 
 
-def workload(rs, n: int, c: int, corner: int | None = None):
-    """The seed's expression; ``corner`` restricts it to the first corner x corner chunks."""
-    x = rs.normal(10, 1, size=(n, n), chunks=(c, c))
-    if corner is not None:
-        x = x[: corner * c, : corner * c]
-    return (x + 1)[::2, ::2].sum(), math.ceil(x.shape[0] / 2) * math.ceil(x.shape[1] / 2)
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One workload at one size: its dask expression, how much of the whole it is, its check."""
+
+    expr: object
+    fraction: float
+    check: object  # value -> bool
+
+
+def _sum(rs, n, c, budget, mean=False):
+    k = n if n * n <= budget else max(c, int(math.sqrt(budget) // c * c))  # a corner of whole chunks
+    x = rs.normal(10, 1, size=(n, n), chunks=(c, c))[:k, :k]
+    y = (x + 1)[::2, ::2]
+    kept = math.ceil(k / 2) ** 2
+    bound = 6 / math.sqrt(kept)  # six standard errors of the mean of N(11, 1) values
+    if mean:
+        return Problem(y.mean(), k * k / (n * n), lambda v: abs(float(v) - 11) < bound)
+    return Problem(y.sum(), k * k / (n * n), lambda v: abs(float(v) / kept - 11) < bound)
+
+
+def _svd(rs, n, c, budget):
+    rows, cols = 10 * n, min(1_000, c)
+    m = rows if rows * cols <= budget else max(c, int(budget // cols // c * c))
+    x = rs.random((m, cols), chunks=(c, cols))
+    _, s, _ = da.linalg.svd(x)
+    expected = 0.5 * math.sqrt(m * cols)  # the mean's rank-one part dominates a uniform matrix
+    return Problem(s[0], m / rows, lambda v: abs(float(v) / expected - 1) < 0.01)
+
+
+def _transpose(rs, n, c, budget):
+    side = min(n, 100_000)  # every chunk moves: at most 80 GB
+    k = side if side * side <= budget else max(c, int(math.sqrt(budget) // c * c))
+    x = rs.normal(10, 1, size=(k, k), chunks=(c, c))
+    bound = 6 * math.sqrt(2) / k
+    return Problem((x + x.T).sum(), (k / side) ** 2, lambda v: abs(float(v) / (k * k) - 20) < bound)
+
+
+WORKLOADS = {
+    "sum": ("(x + 1)[::2, ::2].sum()", _sum),
+    "mean": ("(x + 1)[::2, ::2].mean()", lambda *a: _sum(*a, mean=True)),
+    "svd": ("svd(x), x tall and skinny", _svd),
+    "transpose": ("(x + x.T).sum()", _transpose),
+}
 
 
 def resolve_size(size: str = "small", shape: int | None = None, chunks: int | None = None) -> tuple[int, int]:
@@ -40,82 +85,145 @@ def resolve_size(size: str = "small", shape: int | None = None, chunks: int | No
     return n, c
 
 
-def run(size="small", shape=None, chunks=None, echo=print) -> dict:
-    n, c = resolve_size(size, shape, chunks)
-    result = {
-        "workload": "(x + 1)[::2, ::2].sum(), x = normal(10, 1)",
-        "shape": [n, n],
-        "chunks": [c, c],
-        "machine": machine_dict(),
-        "runs": [],
-    }
-    for label, scheduler in (("1 CPU core", "single-threaded"), ("all CPU cores", "threads")):
-        echo(f"running on {label} ...")
-        result["runs"].append(_cpu(label, scheduler, n, c))
+def architectures(compare: str | None = None) -> list[tuple[str, str, int]]:
+    """(label, kind, count) of each column: kind is "cpu", "gpu" or "dask-cuda"."""
+    cores = os.cpu_count() or 1
+    columns = [("1 CPU core", "cpu", 1), (f"{cores} CPU cores", "cpu", cores)]
     system = devices.discover()
-    if system.state is devices.State.AVAILABLE and find_spec("cupy"):
-        echo(f"running on {len(system.devices)} GPU(s) ...")
-        result["runs"].append(_gpus(len(system.devices), n, c))
-    else:
-        reason = system.message if system.state is not devices.State.AVAILABLE else "CuPy is not installed."
-        result["runs"].append({"architecture": "GPUs", "skipped": reason})
+    gpus = len(system.devices) if system.state is devices.State.AVAILABLE and find_spec("cupy") else 0
+    counts = [1, gpus] if gpus > 1 else [1] if gpus else []
+    for kind in ("gpu", "dask-cuda") if compare == "dask-cuda" else ("gpu",):
+        prefix = "dask-cuda, " if kind == "dask-cuda" else ""
+        columns += [(f"{prefix}{g} GPU{'s' if g > 1 else ''}", kind, g) for g in counts]
+    return columns
+
+
+def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None) -> dict:
+    """Every workload on every architecture; ``progress(label)`` is called before each run."""
+    n, c = resolve_size(size, shape, chunks)
+    names = list(workloads or WORKLOADS)
+    unknown = set(names) - set(WORKLOADS)
+    if unknown:
+        raise ValueError(f"unknown workloads {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
+    if compare not in (None, "dask-cuda"):
+        raise ValueError(f"--compare takes dask-cuda, not {compare!r}")
+    columns = architectures(compare)
+    result = {"shape": n, "chunks": c, "workloads": {w: WORKLOADS[w][0] for w in names},
+              "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": [], "notes": []}
+    if not any(kind == "gpu" for _, kind, _ in columns):
+        result["notes"].append("no GPU columns: " + _why_no_gpus())
+    if compare == "dask-cuda" and find_spec("dask_cuda") is None:
+        columns = [col for col in columns if col[1] != "dask-cuda"]
+        result["notes"].append("dask-cuda is not installed: no comparison columns")
+    for label, kind, count in columns:
+        with _context(kind, count):
+            for name in names:
+                if progress:
+                    progress(f"{name} on {label}")
+                result["runs"].append({"workload": name, "architecture": label, **_measure(name, kind, count, n, c)})
     return result
 
 
-def _cpu(label, scheduler, n, c) -> dict:
-    corner = None
-    if n * n > CPU_BUDGET:  # measure a corner of k x k chunks and scale up
-        corner = max(1, int(math.sqrt(CPU_BUDGET / (c * c))))
-    expr, kept = workload(da.random.RandomState(), n, c, corner)
-    with dask.config.set(scheduler=scheduler):
-        seconds, total = _timed(expr)
-    run = _row(label, seconds, total, kept)
-    if corner is not None:
-        run["estimated"] = True
-        run["measured_fraction"] = kept / _kept(n)
-        run["seconds"] = seconds * _kept(n) / kept
-    return run
+def _why_no_gpus() -> str:
+    system = devices.discover()
+    return system.message if system.state is not devices.State.AVAILABLE else "CuPy is not installed."
 
 
-def _gpus(count, n, c) -> dict:
-    import cupy
-    from distributed import Client
+class _context:
+    """The scheduler a column runs on: dask's local ones, or a GPU cluster started once per column."""
 
-    from dask_gpu import LocalCUDACluster
+    def __init__(self, kind, count):
+        self.kind, self.count, self.stack = kind, count, None
 
-    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster):
-        expr, kept = workload(da.random.RandomState(RandomState=cupy.random.RandomState), n, c)
-        seconds, total = _timed(expr)
-    return _row(f"{count} GPU(s)", seconds, float(total), kept)
+    def __enter__(self):
+        if self.kind == "cpu":
+            self.config = dask.config.set(scheduler="single-threaded" if self.count == 1 else "threads")
+            return self
+        from contextlib import ExitStack
+
+        from distributed import Client
+
+        self.stack = ExitStack()
+        if self.kind == "dask-cuda":
+            from dask_cuda import LocalCUDACluster
+
+            self.stack.enter_context(dask.config.set({"gpu.array-optimize": False}))  # dask-cuda as it is
+        else:
+            from dask_gpu import LocalCUDACluster
+        cluster = self.stack.enter_context(LocalCUDACluster(n_workers=self.count, dashboard_address=":0"))
+        self.stack.enter_context(Client(cluster))
+        return self
+
+    def __exit__(self, *exc):
+        if self.stack is not None:
+            self.stack.close()
+        else:
+            self.config.__exit__(*exc)
 
 
-def _timed(expr):
+def _measure(name, kind, count, n, c) -> dict:
+    if kind == "cpu":
+        rs = da.random.RandomState()
+        budget = CPU_BUDGET
+    else:
+        import cupy
+
+        rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+        budget = math.inf
+        WORKLOADS[name][1](rs, 2 * c, c, budget).expr.compute()  # warm up: imports, kernels
+    problem = WORKLOADS[name][1](rs, n, c, budget)
     start = time.perf_counter()
-    value = expr.compute()
-    return time.perf_counter() - start, float(value)
+    try:
+        value = problem.expr.compute()
+    except Exception as e:  # a failing column is a result, not the end of the table
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+    seconds = time.perf_counter() - start
+    row = {"seconds": seconds / problem.fraction, "value": float(value), "correct": bool(problem.check(value))}
+    if problem.fraction < 1:
+        row.update(estimated=True, measured_fraction=problem.fraction, measured_seconds=seconds)
+    return row
 
 
-def _kept(n: int) -> int:
-    return math.ceil(n / 2) ** 2
-
-
-def _row(label, seconds, total, kept) -> dict:
-    mean = total / kept
-    # the mean of `kept` N(11, 1) values: six standard errors is a generous, still failing, bound
-    return {"architecture": label, "seconds": seconds, "mean": mean, "correct": abs(mean - MEAN) < 6 / math.sqrt(kept)}
+def _cell(run: dict) -> str:
+    if "error" in run:
+        return "failed"
+    seconds = run["seconds"]
+    text = f"{seconds:.2f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return text + (" (est.)" if run.get("estimated") else "") + ("" if run["correct"] else " WRONG")
 
 
 def table(result: dict) -> str:
-    n, c = result["shape"][0], result["chunks"][0]
-    rows = [("architecture", "time", "mean of kept values", "answer")]
-    for r in result["runs"]:
-        if "skipped" in r:
-            rows.append((r["architecture"], "-", "-", f"skipped: {r['skipped']}"))
-            continue
-        time_text = f"{r['seconds']:.2f} s" + (" (estimate)" if r.get("estimated") else "")
-        rows.append((r["architecture"], time_text, f"{r['mean']:.6f}", "right" if r["correct"] else "WRONG"))
-    gb = n * n * 8 / 1e9
-    return f"(x + 1)[::2, ::2].sum() on a {n} x {n} array ({gb:.1f} GB), chunks {c} x {c}\n" + text_table(rows)
+    n, c = result["shape"], result["chunks"]
+    cells = {(r["workload"], r["architecture"]): _cell(r) for r in result["runs"]}
+    rows = [("workload", *result["columns"])]
+    for name, text in result["workloads"].items():
+        rows.append((f"{name}: {text}", *(cells.get((name, col), "-") for col in result["columns"])))
+    head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
+    return "\n".join([head, text_table(rows), *result["notes"]])
+
+
+def plot(result: dict, path: str) -> None:
+    """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, columns = list(result["workloads"]), result["columns"]
+    seconds = {(r["workload"], r["architecture"]): r.get("seconds") for r in result["runs"]}
+    width = 0.8 / max(1, len(columns))
+    fig, ax = plt.subplots(figsize=(2 + 1.8 * len(names), 4))
+    for i, col in enumerate(columns):
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [seconds.get((name, col)) or 0 for name in names], width, label=col)
+    ax.set_xticks([j + width * (len(columns) - 1) / 2 for j in range(len(names))], names)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds (log scale)")
+    ax.set_title(f"n = {result['shape']}, chunks {result['chunks']}")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None):
