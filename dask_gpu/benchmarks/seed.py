@@ -188,7 +188,10 @@ def _cell(run: dict) -> str:
     if "error" in run:
         return "failed"
     seconds = run["seconds"]
-    text = f"{seconds:.2f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    if seconds < 120:
+        text = f"{seconds:.2f} s"
+    else:
+        text = f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
     return text + (" (est.)" if run.get("estimated") else "") + ("" if run["correct"] else " WRONG")
 
 
