@@ -98,6 +98,14 @@ def test_chunk_steps_move_into_the_task_that_combines_them(as_if_gpu):
     assert sum(counts) == 400 and len(graph) < 20 and max(counts) <= 4 * optimization.BATCH
 
 
+def test_chunk_steps_that_read_their_input_are_batched_fewer_to_a_task(as_if_gpu):
+    x = random.default_rng(3).normal(10, 1, size=(800, 400), chunks=(20, 20))
+    with dask.config.set({"optimization.fuse.active": False}):
+        graph = optimized((x[::2] * x[1::2]).sum())  # its chunk steps read two computed chunks
+    counts = [len(fused_tasks({k: t})) for k, t in graph.items()]
+    assert sum(counts) == 800 and max(counts) <= optimization.BATCH // optimization.HEAVY
+
+
 def test_the_seed_chain_is_a_slice_of_a_sum_of_a_draw(as_if_gpu):
     x = random.default_rng(1).normal(10, 1, size=(40, 40), chunks=20)
     (task, *_) = fused_tasks(optimized((x + 1)[::2, ::2].sum()))

@@ -362,16 +362,24 @@ def _drawn_slice(key, getitem_task, draw_task):
 
 
 BATCH = 64  # chunk steps per scheduler task: tens of milliseconds of GPU work against a few of scheduling
+HEAVY = 4  # a chunk step that reads or makes its whole input counts this many drawn-in-place ones
 
 
 def _inline_fused(dsk: dict, graph: _Graph) -> dict:
     """Fused chunk steps move into the tasks that combine them, until a task holds ``BATCH``.
 
+    A step whose every input is drawn in the kernel counts 1, any other ``HEAVY``: fewer of
+    those to a task keeps the work of several GPUs even.
+
     A chunk step takes well under a millisecond on a GPU, and the scheduler's cost per task
     is of that order: moving steps (and then small combine steps) into the one task that
     reads them keeps the GPU busy. A moved task runs as an argument, in place.
     """
-    weight = {k: 1 for k, t in dsk.items() if isinstance(t, Task) and t.func is fused_reduce}
+    weight = {
+        k: 1 if set(t.args[0].kinds) == {"draw"} else HEAVY
+        for k, t in dsk.items()
+        if isinstance(t, Task) and t.func is fused_reduce
+    }
     while True:
         readers = _Graph(dsk, graph.keys).readers
         moves = {}  # the key a reader names -> the task that moves into it

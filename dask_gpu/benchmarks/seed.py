@@ -164,7 +164,7 @@ class _context:
 def _measure(name, kind, count, n, c) -> dict:
     if kind == "cpu":
         rs = da.random.RandomState()
-        budget = CPU_BUDGET
+        budget = max(CPU_BUDGET, 4 * count * c * c)  # enough chunks to keep every core busy
     else:
         import cupy
 
