@@ -51,7 +51,7 @@ def _sum(rs, n, c, budget, mean=False):
 
 
 def _svd(rs, n, c, budget):
-    rows, cols = 10 * n, min(1_000, c)
+    rows, cols = n, min(1_000, c)  # the seed's example is 10000 x 1000
     m = rows if rows * cols <= budget else max(c, int(budget // cols // c * c))
     x = rs.random((m, cols), chunks=(c, cols))
     _, s, _ = da.linalg.svd(x)
