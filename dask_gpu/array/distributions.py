@@ -56,18 +56,33 @@ def compose(region: tuple[range, ...], index) -> tuple[range, ...] | None:
 
 
 def philox_u64(n: np.ndarray, stream: int, key: tuple[int, int]) -> np.ndarray:
-    """Words 0 and 1 of Philox4x32-10 at counters ``(n, stream)``, as one uint64 (word 0 high)."""
+    """Words 0 and 1 of Philox4x32-10 at counters ``(n, stream)``, as one uint64 (word 0 high).
+
+    Each 32-bit word is held in a uint64, so that a product keeps its high half; every step
+    writes into the arrays it has (no temporaries).
+    """
     m0, m1 = np.uint64(PHILOX_M[0]), np.uint64(PHILOX_M[1])
     mask, shift = np.uint64(MASK32), np.uint64(32)
     c0, c1 = n & mask, n >> shift
-    c2, c3 = np.uint64(stream & MASK32), np.uint64(stream >> 32)
+    c2, c3 = np.full_like(n, stream & MASK32), np.full_like(n, stream >> 32)
+    p0, p1 = np.empty_like(n), np.empty_like(n)
     k0, k1 = key
     for r in range(10):
         if r:
             k0, k1 = (k0 + PHILOX_W[0]) & MASK32, (k1 + PHILOX_W[1]) & MASK32
-        p0, p1 = c0 * m0, c2 * m1
-        c0, c1, c2, c3 = (p1 >> shift) ^ c1 ^ np.uint64(k0), p1 & mask, (p0 >> shift) ^ c3 ^ np.uint64(k1), p0 & mask
-    return (c0 << shift) | c1
+        np.multiply(c0, m0, out=p0)
+        np.multiply(c2, m1, out=p1)
+        # (c0, c1, c2, c3) <- (hi(p1) ^ c1 ^ k0, lo(p1), hi(p0) ^ c3 ^ k1, lo(p0))
+        np.right_shift(p1, shift, out=c0)
+        np.bitwise_xor(c0, c1, out=c0)
+        np.bitwise_xor(c0, np.uint64(k0), out=c0)
+        np.bitwise_and(p1, mask, out=c1)
+        np.right_shift(p0, shift, out=c2)
+        np.bitwise_xor(c2, c3, out=c2)
+        np.bitwise_xor(c2, np.uint64(k1), out=c2)
+        np.bitwise_and(p0, mask, out=c3)
+    np.left_shift(c0, shift, out=c0)
+    return np.bitwise_or(c0, c1, out=c0)
 
 
 def counters(draw: Draw, region: tuple[range, ...]) -> np.ndarray:
@@ -100,10 +115,20 @@ class NumpyOps:
 
     @staticmethod
     def where(cond, then, otherwise, x):
-        """``then(x)`` where ``cond``, else ``otherwise(x)``; each only on its own elements."""
-        out = np.empty_like(x)
-        out[cond] = then(x[cond])
-        out[~cond] = otherwise(x[~cond])
+        """``then(x)`` where ``cond``, else ``otherwise(x)``.
+
+        The branch that holds most elements runs on all of them (cheaper than selecting them),
+        the other only on its own: the values are the same either way, element by element.
+        """
+        if 2 * np.count_nonzero(cond) >= cond.size:
+            most, few, select = then, otherwise, ~cond
+        else:
+            most, few, select = otherwise, then, cond
+        out = np.asarray(most(x))
+        if out is x or out.shape != x.shape:
+            out = np.broadcast_to(out, x.shape).copy()
+        if select.any():
+            out[select] = few(x[select])
         return out
 
 
