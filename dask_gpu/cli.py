@@ -57,6 +57,10 @@ def gpu():
 @click.option("--rmm-release-threshold", help="Bytes the async pool keeps before releasing memory (async only).")
 @click.option("--rmm-log-directory", help="Directory for RMM allocation logs, one file per worker.")
 @click.option("--rmm-track-allocations/--no-rmm-track-allocations", default=None, help="Track RMM allocations.")
+@click.option("--enable-tcp-over-ucx/--disable-tcp-over-ucx", default=None, help="UCX over TCP (--protocol ucx).")
+@click.option("--enable-nvlink/--disable-nvlink", default=None, help="UCX over NVLink (--protocol ucx).")
+@click.option("--enable-infiniband/--disable-infiniband", default=None, help="UCX over InfiniBand (--protocol ucx).")
+@click.option("--enable-rdmacm/--disable-rdmacm", default=None, help="RDMA connection manager (--protocol ucx).")
 def worker(scheduler, scheduler_file, visible, name, worker_port, nanny_port, listen_address, contact_address,
            pid_file, tls_ca_file, tls_cert, tls_key, **options):
     """Start one worker per visible GPU, attached to SCHEDULER (e.g. tcp://host:8786)."""

@@ -8,6 +8,7 @@ import inspect
 import logging
 from importlib.util import find_spec
 
+import dask
 from distributed import Scheduler, SpecCluster
 from distributed.core import Status
 from distributed.security import Security
@@ -46,6 +47,9 @@ class LocalCUDACluster(SpecCluster):
         workers while other tasks may run anywhere.
     dashboard_address: str, optional
         Default ``127.0.0.1:8787``; False turns the dashboard off.
+    enable_tcp_over_ucx, enable_nvlink, enable_infiniband, enable_rdmacm: bool, optional
+        With ``protocol="ucx"``, the UCX transports to use (default: UCX chooses).
+        Without the distributed-ucxx package, ``protocol="ucx"`` warns and runs over TCP.
     allocator, rmm_pool_size, rmm_maximum_pool_size, rmm_managed_memory, rmm_async,
     rmm_release_threshold, rmm_log_directory, rmm_track_allocations:
         Device memory allocator of each worker (CuPy's pool by default; see
@@ -124,6 +128,8 @@ class LocalCUDACluster(SpecCluster):
             rmm_track_allocations=rmm_track_allocations,
             **kwargs,
         )
+        if self.options.ucx and self.options.protocol in ("ucx", "ucxx"):
+            dask.config.set({"distributed-ucxx": dict(self.options.ucx)})  # the scheduler and clients here too
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
         self._gpu_names = {d.label for _, d in self.devices}
 

@@ -7,6 +7,7 @@ the spec builder, the cluster and the CLI only read the result.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -37,6 +38,8 @@ class WorkerOptions:
     local_directory: str | None = None
     pre_import: tuple[str, ...] = ()
     protocol: str | None = None
+    # UCX transports chosen by hand (distributed-ucxx config keys); empty: UCX picks them.
+    ucx: Mapping[str, bool] = field(default_factory=dict)
     cpu_affinity: bool = True
     # Allocator keywords (ALLOCATOR_KEYS), checked per device by memory.allocator.resolve_allocator.
     allocator: Mapping[str, object] = field(default_factory=dict)
@@ -58,6 +61,9 @@ class WorkerOptions:
     ) -> WorkerOptions:
         """Build options from keywords, falling back to ``gpu.*`` config for each left as None."""
         allocator = {key: config.get(key, extra.pop(key, None)) for key in ALLOCATOR_KEYS}
+        transports = {UCX_TRANSPORTS[k]: bool(v) for k in UCX_TRANSPORTS if (v := extra.pop(k, None)) is not None}
+        protocol = parse_protocol(config.get("protocol", protocol))
+        ucx = parse_ucx(protocol, transports)
         return cls(
             nthreads=parse_nthreads(config.get("nthreads", nthreads)),
             memory_limit=parse_memory_limit(config.get("memory_limit", memory_limit)),
@@ -65,7 +71,8 @@ class WorkerOptions:
             resources=MappingProxyType(parse_resources(config.get("resources", resources))),
             local_directory=config.get("local_directory", local_directory),
             pre_import=parse_pre_import(config.get("pre_import", pre_import)),
-            protocol=parse_protocol(config.get("protocol", protocol)),
+            protocol=usable_protocol(protocol),
+            ucx=MappingProxyType(ucx),
             cpu_affinity=bool(config.get("cpu_affinity", cpu_affinity)),
             allocator=MappingProxyType(allocator),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),
@@ -195,11 +202,36 @@ def parse_protocol(value) -> str | None:
     protocol = str(value).strip().lower().removesuffix("://")
     if protocol not in ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss"):
         raise ValueError(f"protocol {value!r} is not one of tcp, tls, ucx, inproc, ws, wss")
+    return protocol
+
+
+# dask-cuda's keywords for choosing UCX transports -> distributed-ucxx's configuration keys
+UCX_TRANSPORTS = {
+    "enable_tcp_over_ucx": "tcp",
+    "enable_nvlink": "nvlink",
+    "enable_infiniband": "infiniband",
+    "enable_rdmacm": "rdmacm",
+}
+
+
+def parse_ucx(protocol: str | None, transports: Mapping[str, bool]) -> dict:
+    """The UCX transports asked for, which only mean something with protocol='ucx'."""
+    if transports and protocol not in ("ucx", "ucxx"):
+        names = ", ".join(k for k, v in UCX_TRANSPORTS.items() if v in transports)
+        raise ValueError(f"{names} choose UCX transports: they need protocol='ucx', not {protocol!r}")
+    return dict(transports)
+
+
+def usable_protocol(protocol: str | None) -> str | None:
+    """``protocol``, or TCP with a warning where UCX is asked for and distributed-ucxx is missing."""
     if protocol in ("ucx", "ucxx") and importlib.util.find_spec("distributed_ucxx") is None:
-        raise ValueError(
-            f"protocol {value!r} needs the distributed-ucxx package "
-            "(pip install distributed-ucxx-cu12 or -cu13); use protocol='tcp' without it"
+        warnings.warn(
+            f"protocol={protocol!r} needs the distributed-ucxx package (pip install distributed-ucxx-cu12 "
+            "or distributed-ucxx-cu13); running over TCP instead",
+            UserWarning,
+            stacklevel=3,
         )
+        return "tcp"
     return protocol
 
 

@@ -1,5 +1,4 @@
 import dataclasses
-import importlib.util
 import re
 
 import dask
@@ -251,11 +250,27 @@ def test_parse_protocol_bad(value):
         options.parse_protocol(value)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("distributed_ucxx") is not None, reason="distributed-ucxx is installed")
 @pytest.mark.parametrize("value", ["ucx", "UCXX://"])
-def test_parse_protocol_ucx_needs_distributed_ucxx(value):
-    with pytest.raises(ValueError, match=rf"protocol {named(value)} needs the distributed-ucxx package"):
-        options.parse_protocol(value)
+def test_ucx_without_distributed_ucxx_warns_and_runs_over_tcp(value, monkeypatch):
+    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: None)
+    with pytest.warns(UserWarning, match="needs the distributed-ucxx package .* running over TCP instead"):
+        opts = WorkerOptions.resolve(protocol=value, enable_nvlink=True)
+    assert opts.protocol == "tcp"
+
+
+def test_ucx_transports_become_distributed_ucxx_config(monkeypatch):
+    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: object())
+    opts = WorkerOptions.resolve(protocol="ucx", enable_nvlink=True, enable_infiniband=False, enable_tcp_over_ucx=True)
+    assert opts.protocol == "ucx" and dict(opts.ucx) == {"nvlink": True, "infiniband": False, "tcp": True}
+    assert not opts.extra  # not passed on to the workers as unknown keywords
+    auto = WorkerOptions.resolve(protocol="ucx")
+    assert dict(auto.ucx) == {}
+
+
+@pytest.mark.parametrize("protocol", [None, "tcp", "tls"])
+def test_ucx_transports_need_ucx(protocol):
+    with pytest.raises(ValueError, match="enable_nvlink choose UCX transports: they need protocol='ucx'"):
+        WorkerOptions.resolve(protocol=protocol, enable_nvlink=True)
 
 
 # -- WorkerOptions ---------------------------------------------------------------------
