@@ -17,6 +17,7 @@ for step in "$@"; do
     info) python3 -m dask gpu info ;;
     spill) python3 benchmarks/spill.py --out "$out/spill.json" 2>&1 | tail -20 ;;
     oversubscribe) python3 benchmarks/oversubscribe.py --out "$out/oversubscribe.json" 2>&1 | tail -8 ;;
+    transfer) python3 benchmarks/transfer.py --out "$out/transfer.json" 2>&1 | tail -20 ;;
     seed2tb) python3 benchmarks/seed_2tb.py --size ${SIZE:-500000} --out "$out/seed-2tb.json" 2>&1 | tail -30 ;;
   esac
 done
