@@ -60,6 +60,7 @@ def test_numpy_graphs_are_left_alone(workload, cupy_imported, monkeypatch):
     ours, dasks = optimized(y), dask_optimize(y.__dask_graph__(), y.__dask_keys__())
     assert ours.keys() == dasks.keys() and all(repr(ours[k]) == repr(dasks[k]) for k in ours)
     assert not fused_tasks(ours)
+    assert optimization.rewrite(dasks, y.__dask_keys__()) is dasks  # the whole pass, too, changes nothing
 
 
 @pytest.fixture

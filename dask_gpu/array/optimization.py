@@ -25,7 +25,9 @@ from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph, c
 from dask.array.chunk import astype as _astype
 from dask.array.chunk import getitem
 from dask.array.random import _apply_random, _apply_random_func
+from dask.blockwise import Blockwise
 from dask.core import flatten
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dask_gpu.array import distributions
 from dask_gpu.array.codegen import OPERATORS
@@ -429,16 +431,33 @@ def optimize(dsk, keys, **kwargs):
     dsk = dask_optimize(dsk, keys, **kwargs)
     if not dask.config.get("gpu.array-optimize", True):
         return dsk
-    if "cupy" not in sys.modules and not _has_draws(dsk):
-        return dsk  # no GPU data can exist before CuPy is imported, and no slice to fold
+    if not _worth_a_look(dsk):
+        return dsk  # nothing from CuPy and no draw: dask's graph as it is, not even materialized
     return rewrite(dict(dsk), flatten(keys) if isinstance(keys, list) else [keys])
 
 
-def _has_draws(dsk) -> bool:
-    def draws(task):
-        if task.func is _execute_subgraph:
-            return any(isinstance(t, Task) and draws(t) for t in task.args[0].values())
-        return task.func is distributions.sample
+def _worth_a_look(dsk) -> bool:
+    """Whether the graph holds a draw or anything from CuPy, found without materializing it.
 
-    return any(isinstance(t, Task) and draws(t) for t in dict(dsk).values())
+    Unfused graphs (distributed's) are still layers: sources such as random arrays sit in
+    materialized layers, and a blockwise layer's functions in its small per-block graph.
+    """
+    if isinstance(dsk, HighLevelGraph):
+        tasks = (
+            task
+            for layer in dsk.layers.values()
+            for task in (
+                layer.mapping.values() if isinstance(layer, MaterializedLayer)
+                else (layer.task,) if isinstance(layer, Blockwise) else ()
+            )
+        )
+    else:
+        tasks = dsk.values()
+    cupy = "cupy" in sys.modules  # no GPU data can exist before CuPy is imported
+    return any(isinstance(t, Task) and (_draws(t) or cupy and _makes_gpu_data(t)) for t in tasks)
 
+
+def _draws(task: Task) -> bool:
+    if task.func is _execute_subgraph:
+        return any(isinstance(t, Task) and _draws(t) for t in task.args[0].values())
+    return task.func is distributions.sample
