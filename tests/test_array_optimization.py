@@ -211,3 +211,27 @@ def test_a_reseeded_cupy_randomstate_draws_the_same_values(method):
         fresh = _apply_random(cupy.random.RandomState, method, state, (300, 200), args, {})
         again = plan.reseeded_random(cupy.random.RandomState, method, state, (300, 200), args, {})
         assert bool((fresh == again).all())
+
+
+class FakeCupyRandomState(np.random.RandomState):
+    """Stands for CuPy's RandomState (by its module's name) in a graph that is only built."""
+
+
+FakeCupyRandomState.__module__ = "cupy.random._generator"
+
+
+@pytest.mark.parametrize("dask_fuses", [True, False], ids=["dask-fused", "unfused"])
+def test_the_seed_code_with_cupy_randomstate_is_found_and_fused(dask_fuses, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    rs = da.random.RandomState(RandomState=FakeCupyRandomState)  # the seed's code, with CuPy's class
+    y = (rs.normal(10, 1, size=(400, 400), chunks=(100, 100)) + 1)[::2, ::2].sum()
+    with dask.config.set({"optimization.fuse.active": dask_fuses}):
+        graph = optimized(y)
+    tasks = fused_tasks(graph)
+    assert len(tasks) == 16 and all(t.args[0].kinds == ("value",) for t in tasks)
+    leaves = [t.args[1] for t in tasks]
+    assert all(leaf.func is plan.reseeded_random for leaf in leaves)  # each thread reuses its generator
+    with dask.config.set({"optimization.fuse.active": dask_fuses}):
+        fast = y.compute()  # NumPy under the fake class: every fused task takes the original operations
+        with dask.config.set({"gpu.array-optimize": False}):
+            assert fast == pytest.approx(y.compute(), rel=1e-12)

@@ -453,8 +453,9 @@ def _worth_a_look(dsk) -> bool:
         )
     else:
         tasks = dsk.values()
-    cupy = "cupy" in sys.modules  # no GPU data can exist before CuPy is imported
-    return any(isinstance(t, Task) and (_draws(t) or cupy and _makes_gpu_data(t)) for t in tasks)
+    if "cupy" not in sys.modules:  # no GPU data can exist before CuPy is imported
+        return any(isinstance(t, Task) and _draws(t) for t in tasks)
+    return any(_draws(t) or _makes_gpu_data(t) if isinstance(t, Task) else _is_cupy(_plain(t)) for t in tasks)
 
 
 def _draws(task: Task) -> bool:
