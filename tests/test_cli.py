@@ -132,3 +132,12 @@ def test_config_cannot_reach_scheduler():
 def test_dask_cli_lists_gpu_group():
     result = subprocess.run([sys.executable, "-m", "dask", "gpu", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "worker" in result.stdout and "bench" in result.stdout
+
+
+def test_the_command_line_dask_jobqueue_writes_is_accepted():
+    # SLURMCluster(worker_command="dask_gpu.cli worker", worker_extra_args=[...]) runs exactly this
+    args = ["tcp://10.0.0.1:8786", "--name", "dummy-name", "--nthreads", "8", "--memory-limit", "238.42GiB",
+            "--death-timeout", "60", "--nthreads", "1", "--memory-limit", "auto"]
+    params = gpu.commands["worker"].make_context("worker", args).params
+    assert params["scheduler"] == "tcp://10.0.0.1:8786" and params["name"] == "dummy-name"
+    assert params["nthreads"] == 1 and params["memory_limit"] == "auto" and params["death_timeout"] == 60
