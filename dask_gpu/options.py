@@ -16,7 +16,6 @@ from dask.utils import parse_bytes
 
 from dask_gpu import config
 
-
 ALLOCATOR_KEYS = (
     "allocator",
     "rmm_pool_size",

@@ -45,6 +45,10 @@ def default_rng(seed=None):
     return Generator(seed)
 
 
+def _seed_sequence(seed) -> np.random.SeedSequence:
+    return seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+
+
 def _key(seed_seq: np.random.SeedSequence) -> tuple[int, int]:
     return tuple(int(k) for k in seed_seq.generate_state(2, np.uint32))
 
@@ -108,7 +112,7 @@ class Generator:
     """NumPy's ``Generator`` methods, making dask arrays of counter-based values."""
 
     def __init__(self, seed=None):
-        self._seed_seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        self._seed_seq = _seed_sequence(seed)
         self._key = _key(self._seed_seq)
         self._streams = itertools.count()
 
@@ -166,7 +170,7 @@ class Philox:
     """The ``gpu`` backend's bit generator: a seed, until dask.array makes a block with it."""
 
     def __init__(self, seed=None):
-        self._seed_seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        self._seed_seq = _seed_sequence(seed)
 
     def __dask_tokenize__(self):
         return (type(self).__qualname__, self._seed_seq.entropy, self._seed_seq.spawn_key)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import types
 
 import numpy as np
@@ -33,9 +32,6 @@ CALLS = {
     "exp2": "exp2", "log2": "log2", "log10": "log10", "expm1": "expm1", "log1p": "log1p", "floor": "floor",
     "ceil": "ceil", "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "power": "pow",
 }
-OPERATORS = {operator.add: np.add, operator.sub: np.subtract, operator.mul: np.multiply,
-             operator.truediv: np.true_divide, operator.neg: np.negative, operator.pos: np.positive,
-             operator.abs: np.absolute, operator.pow: np.power}
 
 
 class Unsupported(Exception):
@@ -264,7 +260,7 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None,
     if reduce is None:
         work, finish = f"    out[t] = ({out_t}){result.name};\n", ""
     else:
-        identity, combine = REDUCE[reduce]
+        combine = REDUCE[reduce][1]
         identity = _identity(reduce, np.dtype(out_dtype))
         work = f"    acc = {combine.format(a='acc', b=f'({out_t}){result.name}')};\n"
         finish = _block_reduce(out_t, combine, identity) + "}\n" + _finish_kernel(out_t, combine, identity)
@@ -361,7 +357,7 @@ def sample(draw, region):
     shape = tuple(len(r) for r in region)
     out = cupy.empty(shape, dtype=draw.dtype)
     if out.size:
-        wide = out.size >= 2**31 or max(shape) >= 2**31
+        wide = out.size >= 2**31
         source, _ = kernel_source((("draw", _code_key(draw)),), len(shape), _first, draw.dtype, None, wide)
         args = leaf_args("draw", (draw, region)) + [np.int64(n) for n in shape]
         launch(source, args, out.size, out, blocks_for(out.size))

@@ -30,7 +30,6 @@ from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dask_gpu.array import distributions
-from dask_gpu.array.codegen import OPERATORS
 from dask_gpu.array.plan import (
     AsType,
     Call,
@@ -45,7 +44,10 @@ from dask_gpu.array.plan import (
 )
 from dask_gpu.random import Philox, default_rng
 
-ELEMENTWISE = frozenset(OPERATORS)
+# Python's operators as dask's elementwise tasks call them; a Sym answers each as NumPy's ufunc.
+ELEMENTWISE = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos, operator.abs, operator.pow}
+)
 
 
 class _Abort(Exception):
@@ -183,7 +185,7 @@ def _mentions_cupy(task: Task) -> bool:
     """Whether a task's function or arguments come from CuPy (e.g. CuPy's RandomState)."""
     random = task.func is _apply_random or task.func is _apply_random_func
     for value in task.args[:1] if random else (task.func, *task.args, *task.kwargs.values()):
-        value = value.value if isinstance(value, DataNode) else value
+        value = _plain(value)
         if value is Philox or _is_cupy(value):
             return True
         if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) and _cupy_module(value.__module__):
@@ -204,8 +206,7 @@ def _reduction(task: Task):
     kind = REDUCTIONS.get(getattr(func, "__name__", None))
     if kind is None or getattr(func, "__module__", "") not in ("numpy", "dask.array.reductions"):
         return None
-    if kind == "mean" and set(kwargs) - {"dtype", "axis", "keepdims"}:
-        return None  # nanmean and friends pass their own sum and numel
+    # Other keywords (nanmean's own sum and numel, say) mean another computation: left alone.
     if len(task.args) != 1 or set(kwargs) - {"dtype", "axis", "keepdims"} or not kwargs.get("keepdims"):
         return None
     return kind, task.func, kwargs
@@ -329,8 +330,9 @@ def _fold_slices(task: Task) -> Task:
     changed = False
     for k, t in list(inner.items()):
         source = _sliced_draw(t, inner)
-        readers = [v for kk, v in inner.items() if kk != k and isinstance(v, Task) and source in v.dependencies]
-        if source is None or readers:
+        if source is None or any(
+            kk != k and isinstance(v, Task) and source in v.dependencies for kk, v in inner.items()
+        ):
             continue
         inner[k] = _drawn_slice(k, t, inner[source])
         del inner[source]
@@ -440,7 +442,7 @@ def _worth_a_look(dsk) -> bool:
     """Whether the graph holds a draw or anything from CuPy, found without materializing it.
 
     Unfused graphs (distributed's) are still layers: sources such as random arrays sit in
-    materialized layers, and a blockwise layer's functions in its small per-block graph.
+    materialized layers, and a blockwise layer's functions in its one task for every block.
     """
     if isinstance(dsk, HighLevelGraph):
         tasks = (
