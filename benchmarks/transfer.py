@@ -3,7 +3,8 @@
 On the GPUs of this machine (LocalCUDACluster, CuPy arrays), for each transport available:
 TCP, and UCX where distributed-ucxx is installed. ``--cpu`` runs the same on two CPU workers
 with NumPy arrays (a check of the method, and the host's own figure). Writes JSON with the
-machine's description; best of ``--repeat`` for each pair and size.
+machine's description; best of ``--repeat`` for each pair and size, end to end (submit to
+result, scheduling included) and on the wire (the receiving worker's own fetch time).
 
     python benchmarks/transfer.py [--sizes 256MB,1GB] [--repeat 3] [--cpu] [--out FILE]
 """
@@ -32,16 +33,23 @@ def touch(x) -> int:
     return int(x.nbytes)
 
 
-def pair_bandwidth(client, source, target, nbytes, library, repeat) -> float:
-    best = float("inf")
+def last_transfer(dask_worker) -> float:
+    """Seconds the receiving worker spent fetching its last input (request to data in memory)."""
+    return dask_worker.transfer_incoming_log[-1]["duration"]
+
+
+def pair_bandwidth(client, source, target, nbytes, library, repeat) -> tuple[float, float]:
+    """(end to end, on the wire) bytes/s, best of ``repeat``: end to end includes scheduling."""
+    best, wire = float("inf"), float("inf")
     for _ in range(repeat):
         data = client.submit(make, nbytes, library, workers=[source], pure=False)
         wait(data)
         start = time.perf_counter()
         assert client.submit(touch, data, workers=[target], pure=False).result() == nbytes
         best = min(best, time.perf_counter() - start)
+        wire = min(wire, client.run(last_transfer, workers=[target])[target])
         del data
-    return nbytes / best
+    return nbytes / best, nbytes / wire
 
 
 def measure(cluster, sizes, library, repeat) -> list[dict]:
@@ -52,9 +60,11 @@ def measure(cluster, sizes, library, repeat) -> list[dict]:
         for nbytes in sizes:
             pair_bandwidth(client, workers[0], workers[1], nbytes, library, 1)  # warm up the connection
             for source, target in itertools.permutations(workers, 2):
-                bandwidth = pair_bandwidth(client, source, target, nbytes, library, repeat)
-                rows.append({"source": source, "target": target, "bytes": nbytes, "bytes_per_second": bandwidth})
-                print(f"{format_bytes(nbytes):>9}  {source} -> {target}: {bandwidth / 1e9:.2f} GB/s", flush=True)
+                bandwidth, wire = pair_bandwidth(client, source, target, nbytes, library, repeat)
+                rows.append({"source": source, "target": target, "bytes": nbytes,
+                             "bytes_per_second": bandwidth, "wire_bytes_per_second": wire})
+                print(f"{format_bytes(nbytes):>9}  {source} -> {target}: {bandwidth / 1e9:.2f} GB/s end to end, "
+                      f"{wire / 1e9:.2f} GB/s on the wire", flush=True)
         return rows
 
 

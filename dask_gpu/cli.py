@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -142,9 +143,17 @@ def config(scheduler, scheduler_file, timeout, as_json):
 @click.option("--chunks", type=int, help="Side of a square chunk (overrides --size).")
 @click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose [default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
+@click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
+              help="Between GPU workers [default: ucx for several GPUs where distributed-ucxx is installed].")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs of each GPU workload after a warm-up on every worker; the best counts.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a GPU run may take; past it, that workload is cancelled and reported as failed.")
+@click.option("--cpu-budget", type=click.FloatRange(min=0, min_open=True),
+              help="Values a CPU column computes in full [2.5e9]; past it, it measures a fraction and estimates.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
-def bench(size, shape, chunks, workloads, compare, json_path, plot_path):
+def bench(size, shape, chunks, workloads, compare, protocol, repeat, timeout, cpu_budget, json_path, plot_path):
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table."""
     from dask_gpu.benchmarks import seed
 
@@ -154,7 +163,8 @@ def bench(size, shape, chunks, workloads, compare, json_path, plot_path):
     steps = len(seed.architectures(compare)) * len(names)
     try:
         with click.progressbar(length=steps, label="running", item_show_func=lambda item: item, file=sys.stderr) as bar:
-            results = seed.run(size, shape, chunks, names, compare, progress=lambda label: bar.update(1, label))
+            progress = functools.partial(bar.update, 1)
+            results = seed.run(size, shape, chunks, names, compare, progress, protocol, repeat, timeout, cpu_budget)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(seed.table(results))

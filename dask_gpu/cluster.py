@@ -15,12 +15,21 @@ from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import config, devices
-from dask_gpu.options import WorkerOptions, parse_count
+from dask_gpu.options import WorkerOptions, parse_count, parse_saturation
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
 
 _CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"self", "workers", "scheduler", "worker"}
+
+
+class GPUScheduler(Scheduler):
+    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here."""
+
+    def __init__(self, *args, worker_saturation=None, **kwargs):
+        chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
+        with dask.config.set(chosen):  # read once, while the scheduler is made
+            super().__init__(*args, **kwargs)
 
 
 class LocalCUDACluster(SpecCluster):
@@ -56,6 +65,11 @@ class LocalCUDACluster(SpecCluster):
         ``dask_gpu.memory.allocator``), checked before anything starts.
     security: Security or True, optional
         TLS settings; True makes temporary self-signed credentials.
+    worker_saturation: float or "inf", optional
+        Root tasks the scheduler sends ahead to each worker, per thread (default
+        ``gpu.worker-saturation``, inf: all of them). A GPU task returns once its
+        kernels are queued, so a worker that waits for the scheduler between tasks
+        leaves its GPU idle; distributed's own 1.1 suits CPU work.
     **kwargs:
         SpecCluster's keywords (``name``, ``shutdown_on_close``, ...) go to the
         cluster; any other keyword goes to every worker (e.g. ``death_timeout``).
@@ -89,6 +103,7 @@ class LocalCUDACluster(SpecCluster):
         rmm_release_threshold=None,
         rmm_log_directory=None,
         rmm_track_allocations=None,
+        worker_saturation=None,
         **kwargs,
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
@@ -136,8 +151,9 @@ class LocalCUDACluster(SpecCluster):
         dashboard = config.get("dashboard_address", dashboard_address)
         self._dashboard = bool(dashboard) and find_spec("bokeh") is not None
         scheduler = {
-            "cls": Scheduler,
+            "cls": GPUScheduler,
             "options": {
+                "worker_saturation": parse_saturation(config.get("worker_saturation", worker_saturation)),
                 "host": host,
                 "port": scheduler_port,
                 "interface": interface,

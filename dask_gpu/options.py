@@ -7,6 +7,7 @@ the spec builder, the cluster and the CLI only read the result.
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -90,6 +91,19 @@ def parse_count(value, what: str, minimum: int = 0) -> int:
     if int(text) < minimum:
         raise ValueError(f"{what} must be >= {minimum}, not {value!r}")
     return int(text)
+
+
+def parse_saturation(value) -> float | None:
+    """Root tasks sent ahead to a worker per thread: a number > 0, "inf", or None (distributed's own)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not number > 0:
+        raise ValueError(f"worker_saturation must be a number > 0 or 'inf', not {value!r}")
+    return number
 
 
 def parse_memory_limit(value) -> int | float | str:

@@ -31,10 +31,13 @@ def test_bench_prints_the_table_and_writes_json_and_a_plot(no_gpu, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cpu_columns_past_the_budget_are_estimates(no_gpu, monkeypatch):
-    monkeypatch.setattr(seed, "CPU_BUDGET", 3e5)
+def test_cpu_columns_past_the_budget_are_estimates(no_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(seed.os, "cpu_count", lambda: 2)
-    result = seed.run(shape=2400, chunks=200, workloads=["sum", "mean", "transpose", "svd"])
+    out = tmp_path / "bench.json"
+    args = ["--shape", "2400", "--chunks", "200", "--cpu-budget", "3e5", "--json", str(out)]
+    assert CliRunner().invoke(gpu, ["bench", *args]).exit_code == 0
+    result = json.loads(out.read_text())
+    assert result["cpu_budget"] == 3e5
     assert all(r["estimated"] and 0 < r["measured_fraction"] < 1 and r["correct"] for r in result["runs"])
     assert "(est.)" in seed.table(result)
 
@@ -53,6 +56,49 @@ def test_compare_without_dask_cuda_says_so(no_gpu, monkeypatch):
     assert result.exit_code == 0 and "dask-cuda is not installed" in result.output
 
 
+def test_a_column_whose_cluster_fails_to_start_is_a_result(no_gpu, monkeypatch):
+    columns = [("1 CPU core", "cpu", 1), ("1 GPU", "gpu", 1)]
+    monkeypatch.setattr(seed, "architectures", lambda compare: columns)
+    real = seed._context
+
+    def context(kind, count, protocol):
+        if kind == "gpu":
+            raise RuntimeError("no such device")
+        return real(kind, count, protocol)
+
+    monkeypatch.setattr(seed, "_context", context)
+    result = seed.run(shape=400, chunks=200, workloads=["sum", "mean"])
+    gpu_runs = [r for r in result["runs"] if r["architecture"] == "1 GPU"]
+    assert [r["workload"] for r in gpu_runs] == ["sum", "mean"]
+    assert all(r["error"] == "RuntimeError: no such device" for r in gpu_runs)
+    assert all(r["correct"] for r in result["runs"] if r["architecture"] == "1 CPU core")
+    assert "failed" in seed.table(result)
+
+
+def test_a_gpu_run_past_its_time_is_cancelled_and_reported():
+    import time
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
+        slow = dask.delayed(time.sleep)(3)
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError, match="no result after 0.5 s"):
+            seed._compute(slow, client, 0.5)
+        assert time.perf_counter() - start < 2
+        assert seed._compute(dask.delayed(sum)([1, 2]), client, 5) == 3
+
+
+def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installed(monkeypatch):
+    one, two = [("1 CPU core", "cpu", 1), ("1 GPU", "gpu", 1)], [("2 GPUs", "gpu", 2), ("8 CPU cores", "cpu", 8)]
+    monkeypatch.setattr(seed, "find_spec", lambda name: None)
+    assert seed.default_protocol(two) == "tcp"
+    monkeypatch.setattr(seed, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
+    assert seed.default_protocol(two) == "ucx"
+    assert seed.default_protocol(one) == "tcp"  # nothing moves between GPUs
+
+
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -60,6 +106,10 @@ def test_compare_without_dask_cuda_says_so(no_gpu, monkeypatch):
         (["--shape", "-5"], "positive"),
         (["--workloads", "sum,fft"], "unknown workloads \\['fft'\\]"),
         (["--compare", "ray"], "'ray' is not 'dask-cuda'"),
+        (["--repeat", "0"], "0 is not in the range x>=1"),
+        (["--protocol", "sctp"], "'sctp' is not one of 'tcp', 'ucx'"),
+        (["--cpu-budget", "0"], "0.0 is not in the range x>0"),
+        (["--timeout", "-1"], "-1.0 is not in the range x>0"),
     ],
 )
 def test_bad_input_is_a_usage_error(args, match):
@@ -68,7 +118,11 @@ def test_bad_input_is_a_usage_error(args, match):
 
 
 @pytest.mark.gpu
-def test_the_gpu_columns_are_right():
-    result = seed.run(shape=4000, chunks=1000, workloads=["sum", "transpose"])
+@pytest.mark.parametrize("protocol", ["tcp", pytest.param("ucx", marks=pytest.mark.skipif(
+    find_spec("distributed_ucxx") is None, reason="needs distributed-ucxx"))])
+def test_the_gpu_columns_are_right(protocol):
+    result = seed.run(shape=4000, chunks=1000, workloads=["sum", "transpose"], protocol=protocol, repeat=2)
     gpu_runs = [r for r in result["runs"] if "GPU" in r["architecture"]]
     assert gpu_runs and all(r.get("correct") for r in gpu_runs), gpu_runs
+    assert all(len(r["all_seconds"]) == 2 and r["seconds"] == min(r["all_seconds"]) for r in gpu_runs)
+    assert result["protocol"] == protocol and f"over {protocol}, best of 2" in seed.table(result)

@@ -1,3 +1,4 @@
+import math
 import time
 
 import dask
@@ -80,6 +81,22 @@ def test_visible_devices_rotation_and_config_fallback(simulate):
         assert by_name(client)["gpu-0"]["CUDA_VISIBLE_DEVICES"] == f"{uuid0[:12]},2"
 
 
+@pytest.mark.parametrize(
+    "setting, expected",
+    [({}, math.inf), ({"gpu.worker-saturation": 1.5}, 1.5), ({"gpu.worker-saturation": None}, 1.1)],
+)
+def test_root_tasks_are_sent_ahead_to_gpu_workers(simulate, setting, expected):
+    simulate(1)
+    with dask.config.set(setting), LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        assert cluster.scheduler.WORKER_SATURATION == expected
+        futures = client.map(time.sleep, [0.05] * 20, pure=False)  # root tasks, one thread
+        wait_for(lambda: len(cluster.scheduler.tasks) == 20)
+        queued = len(cluster.scheduler.queued)  # held back on the scheduler, not sent to the worker
+        assert (queued == 0) if expected == math.inf else (queued >= 15)
+        client.gather(futures)
+    assert dask.config.get("distributed.scheduler.worker-saturation") == 1.1  # only that scheduler's
+
+
 def test_pre_import_failure_is_clear(simulate):
     simulate(1)
     with pytest.raises(ValueError, match="'no_such_module_xyz' is not installed"):
@@ -108,6 +125,8 @@ def test_pre_import_runs_in_each_worker(simulate):
         ({"cpu_workers": -2}, ValueError, "cpu_workers"),
         ({"resources": "GPU"}, ValueError, "NAME=AMOUNT"),
         ({"security": "yes"}, TypeError, "security"),
+        ({"worker_saturation": 0}, ValueError, "worker_saturation.*> 0"),
+        ({"worker_saturation": "all"}, ValueError, "worker_saturation.*'all'"),
     ],
 )
 def test_bad_arguments_fail_before_starting(simulate, kwargs, error, match):

@@ -3,12 +3,15 @@
 Workloads (the seeds' code; NumPy chunks on the CPU, CuPy's ``RandomState`` on the GPU):
 ``sum`` is ``(x + 1)[::2, ::2].sum()`` on a normal random array, ``mean`` its mean variant,
 ``svd`` the singular values of a tall-and-skinny random matrix, and ``transpose``
-``(x + x.T).sum()``, which moves every chunk to another worker's.
+``(x + x.T).sum()``, which moves chunks between workers.
 
 Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster),
-and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. A CPU column
-whose workload is larger than ``CPU_BUDGET`` values runs a measured fraction of it (same
-chunks) and is scaled up, marked as an estimate.
+and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. GPU workers talk
+over UCX when there are several and distributed-ucxx is installed (NVLink between the GPUs
+of a machine), else TCP. A CPU column whose workload is larger than ``cpu_budget`` values runs
+a measured fraction of it (same chunks, at least one for each core) and is scaled up, marked
+as an estimate. GPU columns run once on every worker to warm up, then ``repeat`` times; the
+best time counts.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dask_gpu.report import table as text_table
 
 SIZES = {"small": (10_000, 1_000), "medium": (50_000, 5_000), "full": (500_000, 10_000)}
 CPU_BUDGET = 2.5e9  # values a CPU column makes in full; past this it measures a fraction
+TIMEOUT = 900  # seconds a GPU run may take before it is cancelled and reported as failed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,17 +102,32 @@ def architectures(compare: str | None = None) -> list[tuple[str, str, int]]:
     return columns
 
 
-def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None) -> dict:
+def default_protocol(columns) -> str:
+    """UCX for several GPUs where distributed-ucxx is installed: GPU to GPU over NVLink, not sockets."""
+    several = any(kind != "cpu" and count > 1 for _, kind, count in columns)
+    return "ucx" if several and find_spec("distributed_ucxx") else "tcp"
+
+
+def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None,
+        protocol=None, repeat=1, timeout=None, cpu_budget=None) -> dict:
     """Every workload on every architecture; ``progress(label)`` is called before each run."""
     n, c = resolve_size(size, shape, chunks)
+    columns = architectures(compare)
+    protocol, timeout = protocol or default_protocol(columns), timeout or TIMEOUT
+    cpu_budget = cpu_budget or CPU_BUDGET
+    if protocol not in ("tcp", "ucx"):
+        raise ValueError(f"--protocol takes tcp or ucx, not {protocol!r}")
+    repeat = int(repeat)
+    if repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, not {repeat}")
     names = list(workloads or WORKLOADS)
     unknown = set(names) - set(WORKLOADS)
     if unknown:
         raise ValueError(f"unknown workloads {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
     if compare not in (None, "dask-cuda"):
         raise ValueError(f"--compare takes dask-cuda, not {compare!r}")
-    columns = architectures(compare)
-    result = {"shape": n, "chunks": c, "workloads": {w: WORKLOADS[w][0] for w in names},
+    result = {"shape": n, "chunks": c, "protocol": protocol, "repeat": repeat, "cpu_budget": cpu_budget,
+              "workloads": {w: WORKLOADS[w][0] for w in names},
               "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": [], "notes": []}
     if not any(kind == "gpu" for _, kind, _ in columns):
         result["notes"].append("no GPU columns: " + _why_no_gpus())
@@ -116,11 +135,18 @@ def run(size="small", shape=None, chunks=None, workloads=None, compare=None, pro
         columns = [col for col in columns if col[1] != "dask-cuda"]
         result["notes"].append("dask-cuda is not installed: no comparison columns")
     for label, kind, count in columns:
-        with _context(kind, count):
-            for name in names:
-                if progress:
-                    progress(f"{name} on {label}")
-                result["runs"].append({"workload": name, "architecture": label, **_measure(name, kind, count, n, c)})
+        done = []
+        try:
+            with _context(kind, count, protocol) as context:
+                for name in names:
+                    if progress:
+                        progress(f"{name} on {label}")
+                    done.append({"workload": name, "architecture": label,
+                                 **_measure(name, count, n, c, context.client, repeat, timeout, cpu_budget)})
+        except Exception as e:  # a cluster that fails to start or stop is a result too
+            error = {"architecture": label, "error": f"{type(e).__name__}: {e}"[:500]}
+            done += [{"workload": name, **error} for name in names[len(done):]]
+        result["runs"] += done
     return result
 
 
@@ -132,8 +158,9 @@ def _why_no_gpus() -> str:
 class _context:
     """The scheduler a column runs on: dask's local ones, or a GPU cluster started once per column."""
 
-    def __init__(self, kind, count):
-        self.kind, self.count, self.stack = kind, count, None
+    def __init__(self, kind, count, protocol):
+        self.kind, self.count, self.protocol = kind, count, protocol
+        self.stack = self.client = None
 
     def __enter__(self):
         if self.kind == "cpu":
@@ -150,8 +177,8 @@ class _context:
             self.stack.enter_context(dask.config.set({"gpu.array-optimize": False}))  # dask-cuda as it is
         else:
             from dask_gpu import LocalCUDACluster
-        cluster = self.stack.enter_context(LocalCUDACluster(n_workers=self.count, dashboard_address=":0"))
-        self.stack.enter_context(Client(cluster))
+        cluster = LocalCUDACluster(n_workers=self.count, protocol=self.protocol, dashboard_address=":0")
+        self.client = self.stack.enter_context(Client(self.stack.enter_context(cluster)))
         return self
 
     def __exit__(self, *exc):
@@ -161,27 +188,47 @@ class _context:
             self.config.__exit__(*exc)
 
 
-def _measure(name, kind, count, n, c) -> dict:
-    if kind == "cpu":
-        rs = da.random.RandomState()
-        budget = max(CPU_BUDGET, 4 * count * c * c)  # enough chunks to keep every core busy
+def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
+    make = WORKLOADS[name][1]
+    if client is None:  # a CPU column: one run
+        rs, repeat = da.random.RandomState(), 1
+        budget = max(cpu_budget, count * c * c)  # a chunk for every core at least
     else:
         import cupy
 
         rs = da.random.RandomState(RandomState=cupy.random.RandomState)
         budget = math.inf
-        WORKLOADS[name][1](rs, 2 * c, c, budget).expr.compute()  # warm up: imports, kernels
-    problem = WORKLOADS[name][1](rs, n, c, budget)
-    start = time.perf_counter()
+    times = []
     try:
-        value = problem.expr.compute()
-    except Exception as e:  # a failing column is a result, not the end of the table
+        if client is not None:
+            for worker in client.scheduler_info()["workers"]:  # imports, kernels and generators on every GPU
+                _compute(make(rs, 2 * c, c, budget).expr, client, timeout, workers=[worker])
+        for _ in range(repeat):
+            problem = make(rs, n, c, budget)
+            start = time.perf_counter()
+            value = _compute(problem.expr, client, timeout)
+            times.append(time.perf_counter() - start)
+    except Exception as e:  # a failing workload is a result, not the end of the table
         return {"error": f"{type(e).__name__}: {e}"[:500]}
-    seconds = time.perf_counter() - start
+    seconds = min(times)
     row = {"seconds": seconds / problem.fraction, "value": float(value), "correct": bool(problem.check(value))}
+    if repeat > 1:
+        row["all_seconds"] = [t / problem.fraction for t in times]
     if problem.fraction < 1:
         row.update(estimated=True, measured_fraction=problem.fraction, measured_seconds=seconds)
     return row
+
+
+def _compute(expr, client, timeout, **kwargs):
+    """The value of ``expr``; on a cluster, cancelled with an error after ``timeout`` seconds."""
+    if client is None:
+        return expr.compute()
+    future = client.compute(expr, **kwargs)
+    try:
+        return future.result(timeout=timeout)
+    except TimeoutError:
+        future.cancel()
+        raise TimeoutError(f"no result after {timeout} s") from None
 
 
 def _cell(run: dict) -> str:
@@ -202,6 +249,8 @@ def table(result: dict) -> str:
     for name, text in result["workloads"].items():
         rows.append((f"{name}: {text}", *(cells.get((name, col), "-") for col in result["columns"])))
     head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
+    if any("GPU" in column for column in result["columns"]):
+        head += f"; GPU workers over {result.get('protocol', 'tcp')}, best of {result.get('repeat', 1)} runs"
     return "\n".join([head, text_table(rows), *result["notes"]])
 
 

@@ -1,0 +1,93 @@
+"""Where the time of a multi-GPU run goes: the bench's workloads on 1 and all GPUs, timed by phase.
+
+For each run: wall time; the time before the first task starts (graph building, optimizing,
+sending); the span of the tasks; for each worker, its compute and transfer time, and the part
+of the span in which it computed nothing. Writes JSON with the machine's description.
+
+    python benchmarks/scaling.py [--size full] [--workloads sum,transpose] [--repeat 3] [--protocol tcp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import dask.array as da
+from distributed import Client, get_task_stream
+
+from dask_gpu import LocalCUDACluster, devices
+from dask_gpu.benchmarks.seed import WORKLOADS, resolve_size
+from dask_gpu.report import machine_dict
+
+
+def phases(stream: list[dict], submitted: float, finished: float) -> dict:
+    busy = defaultdict(lambda: defaultdict(float))
+    tasks = defaultdict(int)
+    starts, stops = [], []
+    for task in stream:
+        tasks[task["worker"]] += 1
+        for part in task["startstops"]:
+            busy[task["worker"]][part["action"]] += part["stop"] - part["start"]
+            starts.append(part["start"])
+            stops.append(part["stop"])
+    span = max(stops) - min(starts)
+    return {
+        "wall": finished - submitted,
+        "before_first_task": min(starts) - submitted,
+        "after_last_task": finished - max(stops),
+        "span": span,
+        "workers": {w: {"tasks": tasks[w], **dict(b), "idle": span - b["compute"]} for w, b in busy.items()},
+    }
+
+
+def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]:
+    import cupy
+
+    rows = []
+    cluster = LocalCUDACluster(n_workers=count, protocol=protocol, threads_per_worker=threads,
+                               worker_saturation=saturation, dashboard_address=":0")
+    with cluster, Client(cluster):
+        rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+        for name in names:
+            WORKLOADS[name][1](rs, 2 * c, c, float("inf")).expr.compute()  # warm up
+            for _ in range(repeat):
+                problem = WORKLOADS[name][1](rs, n, c, float("inf"))
+                with get_task_stream() as stream:
+                    submitted = time.time()
+                    value = problem.expr.compute()
+                    finished = time.time()
+                row = {"gpus": count, "threads": threads, "workload": name,
+                       "value": float(value), "correct": bool(problem.check(value))}
+                row.update(phases(stream.data, submitted, finished))
+                rows.append(row)
+                print(f"{count} GPU(s) x {threads} thread(s) {name}: {row['wall']:.2f} s, "
+                      f"first task after {row['before_first_task']:.2f} s, span {row['span']:.2f} s, idle " + ", ".join(
+                          f"{w['idle']:.2f}" for w in row["workers"].values()), flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--workloads", default="sum,transpose")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--protocol", default="tcp")
+    parser.add_argument("--threads", type=int, default=1, help="threads per worker")
+    parser.add_argument("--saturation", help="root tasks sent ahead per worker thread [gpu.worker-saturation]")
+    parser.add_argument("--out", default="benchmarks/results/scaling.json")
+    args = parser.parse_args()
+    n, c = resolve_size(args.size)
+    gpus = len(devices.discover().devices)
+    names = args.workloads.split(",")
+    result = {"machine": machine_dict(), "shape": n, "chunks": c, "protocol": args.protocol,
+              "saturation": args.saturation, "runs": []}
+    for count in sorted({1, gpus}):
+        result["runs"] += run(count, names, n, c, args.repeat, args.protocol, args.threads, args.saturation)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
