@@ -6,10 +6,12 @@ import asyncio
 import importlib
 import inspect
 import logging
+import os
 from importlib.util import find_spec
 
 import dask
 from distributed import Scheduler, SpecCluster
+from distributed.comm.addressing import unparse_host_port
 from distributed.core import Status
 from distributed.security import Security
 from distributed.utils import NoOpAwaitable
@@ -55,7 +57,8 @@ class LocalCUDACluster(SpecCluster):
         ``GPU`` resource, so tasks annotated ``resources={"GPU": 1}`` run on GPU
         workers while other tasks may run anywhere.
     dashboard_address: str, optional
-        Default ``127.0.0.1:8787``; False turns the dashboard off.
+        Default ``127.0.0.1:8787``; False turns the dashboard off. A port alone
+        (``":8788"``) listens on the cluster's host, 127.0.0.1 unless ``host`` says otherwise.
     enable_tcp_over_ucx, enable_nvlink, enable_infiniband, enable_rdmacm: bool, optional
         With ``protocol="ucx"``, the UCX transports to use (default: UCX chooses).
         Without the distributed-ucxx package, ``protocol="ucx"`` warns and runs over TCP.
@@ -110,6 +113,8 @@ class LocalCUDACluster(SpecCluster):
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers)
         n_cpu = parse_count(config.get("cpu_workers", cpu_workers), "cpu_workers")
+        if n_cpu > (os.cpu_count() or 1):  # each is a process: more than the cores is never what was meant
+            raise ValueError(f"cpu_workers={n_cpu} is more than this machine's {os.cpu_count()} CPU cores")
 
         security = Security.temporary() if security is True else security or Security()
         if not isinstance(security, Security):
@@ -163,7 +168,7 @@ class LocalCUDACluster(SpecCluster):
                 # imported (~1 s), in the background while the workers start.
                 "dashboard": None if dashboard and not self._dashboard else False,  # None: "install bokeh" page
                 # off: a free port on the scheduler's host for its HTTP routes (not 8787, not every interface)
-                "dashboard_address": dashboard or f"{host or ''}:0",
+                "dashboard_address": on_host(dashboard, host) if dashboard else f"{host or ''}:0",
                 **(scheduler_kwargs or {}),
             },
         }
@@ -218,6 +223,16 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
+
+
+def on_host(address, host: str | None):
+    """A dashboard address that names only a port (":8788", 8788), on the cluster's host.
+
+    distributed reads a bare port as every interface: a cluster kept on 127.0.0.1
+    must not show its dashboard to the network because a port was chosen.
+    """
+    port = str(address).removeprefix(":")
+    return unparse_host_port(host, int(port)) if host and port.isdigit() else address
 
 
 async def attach_dashboard(scheduler, prefix: str = "/") -> bool:

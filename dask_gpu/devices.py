@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dask.utils import parse_bytes
-
 from dask_gpu import config
+from dask_gpu.options import parse_size
 
 SIMULATED_MEMORY = 16 * 2**30
+MAX_SIMULATED = 1024  # a sane bound: gpu.simulate=17179869184 (a size meant as a count) must not hang
 
 
 class State(enum.Enum):
@@ -137,26 +137,33 @@ def simulated_system(spec) -> System:
 
 def _simulated_sizes(spec) -> list[int]:
     """A count (4, "4", 4.0) or a list of memory sizes (["16GB", 8e9] or "16GB,8GB")."""
+    given = spec
     if isinstance(spec, str):
         text = spec.strip()
-        spec = int(text) if text.isdigit() else [t for t in text.split(",") if t.strip()]
+        spec = [t.strip() for t in text.split(",") if t.strip()]
+        if _is_index(text):
+            spec = int(text) if len(text) <= 9 else MAX_SIMULATED + 1  # int() refuses 4300 digits
     if isinstance(spec, float) and spec.is_integer():
         spec = int(spec)
     if isinstance(spec, bool) or not isinstance(spec, (int, list, tuple)):
-        raise ValueError(f"gpu.simulate must be a count or a list of memory sizes, not {spec!r}")
+        raise ValueError(f"gpu.simulate must be a count or a list of memory sizes, not {given!r}")
+    count = spec if isinstance(spec, int) else len(spec)
+    if count < 0:
+        raise ValueError(f"gpu.simulate must be a count >= 0, not {given!r}")
+    if count > MAX_SIMULATED:
+        raise ValueError(
+            f"gpu.simulate={given!r} asks for more than {MAX_SIMULATED} devices: for one device of "
+            "a memory size, give the size with a unit, e.g. '16GiB'"
+        )
     if isinstance(spec, int):
-        if spec < 0:
-            raise ValueError(f"gpu.simulate must be a count >= 0, not {spec}")
         return [SIMULATED_MEMORY] * spec
     return [_size(s) for s in spec]
 
 
 def _size(value) -> int:
     try:
-        if isinstance(value, bool):
-            raise TypeError
-        size = parse_bytes(value.strip()) if isinstance(value, str) else int(value)
-    except (ValueError, TypeError, OverflowError):
+        size = parse_size(value)
+    except ValueError:
         raise ValueError(
             f"gpu.simulate entry {value!r} is not a memory size (e.g. '16GB' or 17179869184)"
         ) from None
@@ -284,16 +291,21 @@ def parse_visible_devices(value) -> tuple[str, ...] | None:
     """
     if value is None:
         return None
+    given = value
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     if isinstance(value, str):
         value = value.split(",") if value.strip() else []
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"CUDA_VISIBLE_DEVICES must be a string like '0,1', a device index or a list of them, not {value!r}"
+        )
     tokens = []
     for raw in value:
         token = str(raw).strip()
         if isinstance(raw, bool) or not _valid_token(token):
             raise ValueError(
-                f"CUDA_VISIBLE_DEVICES entry {raw!r} is not a device: use a GPU index (0, 1, ...), "
+                f"CUDA_VISIBLE_DEVICES entry {raw!r} (of {given!r}) is not a device: use a GPU index (0, 1, ...), "
                 "a GPU UUID ('GPU-...') or a MIG UUID ('MIG-...'), separated by commas"
             )
         if token in tokens:
@@ -302,8 +314,13 @@ def parse_visible_devices(value) -> tuple[str, ...] | None:
     return tuple(tokens)
 
 
+def _is_index(token: str) -> bool:
+    """ASCII digits only: CUDA reads no other digits, though str.isdigit() takes "²" and int() "٣"."""
+    return token.isascii() and token.isdigit()
+
+
 def _valid_token(token: str) -> bool:
-    if token.isdigit():
+    if _is_index(token):
         return True
     prefix, _, rest = token.partition("-")
     return prefix.upper() in ("GPU", "MIG") and bool(rest)
@@ -316,23 +333,28 @@ def select(system: System, visible=None) -> list[tuple[str, Device]]:
     variable; else every GPU, with MIG-enabled GPUs split into their instances.
     """
     system.require()
-    tokens = parse_visible_devices(visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
+    value = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    tokens = parse_visible_devices(value)
     if tokens is None:
         return [(d.token, d) for gpu in system.devices for d in (gpu.mig or (gpu,))]
     if not tokens:
-        raise ValueError("CUDA_VISIBLE_DEVICES is empty: it hides every GPU. Unset it or name a device.")
+        raise ValueError(f"CUDA_VISIBLE_DEVICES is empty ({value!r}): it hides every GPU. Unset it or name a device.")
     selected = [(t, _find(system, t)) for t in tokens]
-    uuids = [d.uuid for _, d in selected]
-    for _, device in selected:
-        if uuids.count(device.uuid) > 1:  # e.g. "0,GPU-<uuid of 0>"
-            raise ValueError(f"CUDA_VISIBLE_DEVICES names device {device.uuid} ({device.label}) twice")
+    first = {}
+    for token, device in selected:
+        if device.uuid in first:  # e.g. "0,GPU-<uuid of 0>"
+            raise ValueError(
+                f"CUDA_VISIBLE_DEVICES names device {device.uuid} ({device.label}) twice, as "
+                f"{first[device.uuid]!r} and {token!r}: name each device once"
+            )
+        first[device.uuid] = token
     return selected
 
 
 def _find(system: System, token: str) -> Device:
-    if token.isdigit():
+    if _is_index(token):
         for device in system.devices:
-            if device.index == int(token):
+            if str(device.index) == (token.lstrip("0") or "0"):  # no int(): any number of digits
                 return device
         last = len(system.devices) - 1
         raise ValueError(

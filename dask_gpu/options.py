@@ -6,14 +6,18 @@ the spec builder, the cluster and the CLI only read the result.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import math
+import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from dask.utils import parse_bytes
+import dask
+from dask.utils import byte_sizes
 
 from dask_gpu import config
 
@@ -60,8 +64,10 @@ class WorkerOptions:
         **extra,
     ) -> WorkerOptions:
         """Build options from keywords, falling back to ``gpu.*`` config for each left as None."""
+        check_config_keys()
         allocator = {key: config.get(key, extra.pop(key, None)) for key in ALLOCATOR_KEYS}
-        transports = {UCX_TRANSPORTS[k]: bool(v) for k in UCX_TRANSPORTS if (v := extra.pop(k, None)) is not None}
+        chosen = {k: v for k in UCX_TRANSPORTS if (v := extra.pop(k, None)) is not None}
+        transports = {UCX_TRANSPORTS[k]: parse_flag(v, k) for k, v in chosen.items()}
         protocol = parse_protocol(config.get("protocol", protocol))
         ucx = parse_ucx(protocol, transports)
         return cls(
@@ -69,11 +75,11 @@ class WorkerOptions:
             memory_limit=parse_memory_limit(config.get("memory_limit", memory_limit)),
             device_memory_limit=parse_device_memory_limit(config.get("device_memory_limit", device_memory_limit)),
             resources=MappingProxyType(parse_resources(config.get("resources", resources))),
-            local_directory=config.get("local_directory", local_directory),
+            local_directory=parse_local_directory(config.get("local_directory", local_directory)),
             pre_import=parse_pre_import(config.get("pre_import", pre_import)),
             protocol=usable_protocol(protocol),
             ucx=MappingProxyType(ucx),
-            cpu_affinity=bool(config.get("cpu_affinity", cpu_affinity)),
+            cpu_affinity=parse_flag(config.get("cpu_affinity", cpu_affinity), "cpu_affinity"),
             allocator=MappingProxyType(allocator),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),
         )
@@ -85,12 +91,18 @@ def parse_nthreads(value) -> int:
 
 def parse_count(value, what: str, minimum: int = 0) -> int:
     """A whole number >= minimum, from an int or a string of digits."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not text.lstrip("-").isdigit():
+    number = value if isinstance(value, int) and not isinstance(value, bool) else _int_text(value)
+    if number is None:
         raise ValueError(f"{what} must be a whole number >= {minimum}, not {value!r}")
-    if int(text) < minimum:
+    if number < minimum:
         raise ValueError(f"{what} must be >= {minimum}, not {value!r}")
-    return int(text)
+    return number
+
+
+def _int_text(value) -> int | None:
+    """The int a string of ASCII digits (an optional sign, spaces around) spells, else None."""
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,100}", text) else None
 
 
 def parse_saturation(value) -> float | None:
@@ -98,8 +110,8 @@ def parse_saturation(value) -> float | None:
     if value is None:
         return None
     try:
-        number = float(value)
-    except (TypeError, ValueError):
+        number = float(value) if isinstance(value, (int, float, str)) else math.nan
+    except (ValueError, OverflowError):
         number = math.nan
     if isinstance(value, bool) or not number > 0:
         raise ValueError(f"worker_saturation must be a number > 0 or 'inf', not {value!r}")
@@ -133,32 +145,79 @@ def _size_or_fraction(value, what: str) -> int | float:
     """A fraction 0 < f <= 1 (a number, "0.5" or "50%") or a whole number of bytes (1e9, "16GB")."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what}={value!r} is not a size (bytes or '16GB') or a fraction between 0 and 1")
-    number = value
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text.endswith("%"):
-            percent = _number(text[:-1], f"{what}={value!r}")
-            if not 0 < percent <= 100:
-                raise ValueError(f"{what}={value!r}: a percentage must be between 0 and 100")
-            return percent / 100
-        try:
-            number = float(text)
-        except ValueError:
-            return _bytes(text, what)
-    number = _number(number, f"{what}={value!r}")
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text.endswith("%"):
+        return _percent(text, what, value)
+    if text and not _is_number(text):
+        return _bytes(text, what)
+    exact = value if isinstance(value, int) else _int_text(value)  # bytes beyond 2**53 stay exact
+    number = exact if exact is not None else _number(value, f"{what}={value!r}")
     if 0 < number <= 1:
         return float(number)
-    if not number.is_integer():
+    if number < 0:
+        raise ValueError(f"{what}={value!r} must not be negative")
+    if number != int(number):
         raise ValueError(f"{what}={value!r}: a fraction must be between 0 and 1, a size a whole number of bytes")
-    return _bytes(int(number), what)
+    return int(number)
+
+
+def _percent(text: str, what: str, value) -> float:
+    fraction = _number(text[:-1], f"{what}={value!r}") / 100
+    if not 0 < fraction <= 1:  # 5e-324% is 0.0: no limit
+        raise ValueError(f"{what}={value!r}: a percentage must be between 0 and 100")
+    return fraction
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+_SIZE = re.compile(r"(?P<number>\S+?)\s*(?P<unit>[a-z]*)")
+
+
+def parse_size(value) -> int:
+    """Bytes from an int, a whole float (1e9) or a string with an optional unit ("16GB", "1.5 GiB", "1e9").
+
+    Stricter than dask's parse_bytes: a unit alone ("GB", or "" for a variable left empty)
+    is not a size, nor is "1 2GB", and a positive size below one byte is refused rather than
+    rounded down to 0, which means "no limit". Negative sizes are returned for the caller to refuse.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a number of bytes")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        number = _number(value, "a size in bytes")
+        if number != int(number):
+            raise ValueError(f"{value!r} is not a whole number of bytes")
+        return int(number)
+    match = _SIZE.fullmatch(value.strip().lower())
+    if not match or match["unit"] not in byte_sizes or not _is_number(match["number"]):
+        raise ValueError(f"{value!r} is not a size: write a number and a unit, e.g. '16GB' or '1.5 GiB'")
+    exact = _int_text(match["number"])  # bytes beyond 2**53 stay exact
+    size = (exact if exact is not None else float(match["number"])) * byte_sizes[match["unit"]]
+    if not math.isfinite(size):
+        raise ValueError(f"{value!r} is not a finite size")
+    if 0 < abs(size) < 1:  # int() would make it 0: no limit
+        raise ValueError(f"{value!r} is less than one byte")
+    return int(size)
 
 
 def device_memory_bytes(limit, total: int, auto: float = 0.8) -> int:
     """The device memory limit in bytes for a device of ``total`` bytes; 0 means no limit."""
-    if limit == "auto":
-        limit = auto
-    if isinstance(limit, float):
-        return int(total * limit)
+    fraction = auto if limit == "auto" else limit
+    if isinstance(fraction, float):
+        size = int(total * fraction)
+        if fraction > 0 and size == 0:  # 0 would mean no limit at all
+            raise ValueError(
+                f"device_memory_limit={limit!r} ({fraction!r} of the device's {total} bytes) is less than "
+                "one byte: give a larger fraction, or 0 for no limit"
+            )
+        return size
     if limit > total:
         raise ValueError(
             f"device_memory_limit={limit} bytes is larger than the device ({total} bytes): "
@@ -169,37 +228,84 @@ def device_memory_bytes(limit, total: int, auto: float = 0.8) -> int:
 
 def parse_resources(value) -> dict[str, float]:
     """``{"MEM": 1e9}`` or the CLI's ``"MEM=1e9 FOO=2"`` (commas work too)."""
-    if not value:
+    if value is None:
         return {}
     if isinstance(value, str):
-        pairs = []
-        for item in value.replace(",", " ").split():
-            name, sep, amount = item.partition("=")
-            if not sep or not name:
-                raise ValueError(f"resource {item!r} must look like NAME=AMOUNT, e.g. GPU=1 or MEM=10e9")
-            pairs.append((name, amount))
-        value = dict(pairs)
+        value = _resource_pairs(value)
     if not isinstance(value, Mapping):
         raise ValueError(f"resources must be a mapping like {{'MEM': 10e9}}, not {value!r}")
-    out = {}
-    for name, amount in value.items():
-        amount = _number(amount, f"resource {name!r}")
-        if amount < 0:
-            raise ValueError(f"resource {name!r} must be >= 0, not {amount}")
-        out[str(name)] = amount
-    return out
+    return {_resource_name(name): _resource_amount(name, amount) for name, amount in value.items()}
+
+
+def _resource_pairs(text: str) -> dict[str, str]:
+    pairs = {}
+    for item in text.replace(",", " ").split():
+        name, sep, amount = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"resource {item!r} must look like NAME=AMOUNT, e.g. GPU=1 or MEM=10e9")
+        if name in pairs:
+            raise ValueError(f"resource {name!r} is given twice in {text!r}: give each once")
+        pairs[name] = amount
+    return pairs
+
+
+def _resource_name(name) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"resource name {name!r} must be a non-empty string, e.g. 'MEM'")
+    return name
+
+
+def _resource_amount(name: str, amount) -> float:
+    number = _number(amount, f"resource {name!r}")
+    if number < 0:
+        raise ValueError(f"resource {name!r} must be >= 0, not {amount}")
+    return number
 
 
 def parse_pre_import(value) -> tuple[str, ...]:
-    if not value:
+    if value is None:
         return ()
-    names = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        names = value.replace(",", " ").split()
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        raise ValueError(f"pre_import must be module names ('json,numpy' or a list), not {value!r}")
     for name in names:
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
             raise ValueError(f"pre_import entry {name!r} is not a module name")
         if _find_module(name) is None:  # workers share this Python: fail now, not in a worker
             raise ValueError(f"pre_import: module {name!r} is not installed")
     return tuple(names)
+
+
+def parse_flag(value, what: str) -> bool:
+    """True or False, not a string like "no" that bool() would read as True."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} must be True or False, not {value!r}")
+    return value
+
+
+def parse_local_directory(value) -> str | None:
+    """None (distributed's default) or a directory path."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if path is not None and (not isinstance(path, str) or not path.strip()):
+        raise ValueError(f"local_directory must be a directory path, not {value!r}")
+    return path
+
+
+def check_config_keys():
+    """Refuse a ``gpu.*`` key that nothing reads: a misspelled key would be silently ignored."""
+    known = sorted(config.defaults["gpu"])
+    given = dask.config.get("gpu", {})
+    if not isinstance(given, Mapping):
+        raise ValueError(f"the gpu configuration must map gpu.* keys to values, not {given!r}")
+    for key in given:
+        name = str(key).replace("_", "-")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean gpu.{close[0]}?" if close else f"the keys are {', '.join(known)}"
+            raise ValueError(f"unknown configuration key gpu.{key}: {hint}")
 
 
 def _find_module(name: str):
@@ -250,19 +356,23 @@ def usable_protocol(protocol: str | None) -> str | None:
 
 def _number(value, what: str) -> float:
     try:
+        if isinstance(value, (bool, bytes, bytearray)):
+            raise TypeError
         number = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be a number, not {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")):
+    except OverflowError:  # an int too large for a float
+        number = math.inf
+    if not math.isfinite(number):
         raise ValueError(f"{what} must be a finite number, not {value!r}")
     return number
 
 
-def _bytes(value, what: str) -> int:
+def _bytes(text: str, what: str) -> int:
     try:
-        size = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{what}={value!r} is not a size: use bytes or a string like '16GB'") from None
+        size = parse_size(text)
+    except ValueError as e:  # e names the text: "'gb' is not a size: ..."
+        raise ValueError(f"{what}={e}") from None
     if size < 0:
-        raise ValueError(f"{what}={value!r} must not be negative")
+        raise ValueError(f"{what}={text!r} must not be negative")
     return size

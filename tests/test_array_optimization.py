@@ -121,6 +121,8 @@ def test_switched_off_by_config(as_if_gpu):
     with dask.config.set({"gpu.array-optimize": False}):
         assert not fused_tasks(optimized(x))
     assert fused_tasks(optimized(x))
+    with dask.config.set({"gpu.array-optimize": "false"}), pytest.raises(ValueError, match="gpu.array-optimize"):
+        optimized(x)  # a string is not read as True
 
 
 def test_slices_fold_into_draws_whatever_the_library():

@@ -110,6 +110,7 @@ def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installe
         (["--protocol", "sctp"], "'sctp' is not one of 'tcp', 'ucx'"),
         (["--cpu-budget", "0"], "0.0 is not in the range x>0"),
         (["--timeout", "-1"], "-1.0 is not in the range x>0"),
+        (["--timeout", "nan"], "--timeout \\(nan\\)"),
     ],
 )
 def test_bad_input_is_a_usage_error(args, match):

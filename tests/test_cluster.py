@@ -126,6 +126,7 @@ def test_pre_import_runs_in_each_worker(simulate):
         ({"resources": "GPU"}, ValueError, "NAME=AMOUNT"),
         ({"security": "yes"}, TypeError, "security"),
         ({"worker_saturation": 0}, ValueError, "worker_saturation.*> 0"),
+        ({"cpu_workers": 10**9}, ValueError, "cpu_workers=1000000000 is more than this machine's"),
         ({"worker_saturation": "all"}, ValueError, "worker_saturation.*'all'"),
     ],
 )

@@ -430,8 +430,10 @@ def optimize(dsk, keys, **kwargs):
     import dask
     from dask.array.optimization import optimize as dask_optimize
 
+    from dask_gpu.options import parse_flag
+
     dsk = dask_optimize(dsk, keys, **kwargs)
-    if not dask.config.get("gpu.array-optimize", True):
+    if not parse_flag(dask.config.get("gpu.array-optimize", True), "gpu.array-optimize"):
         return dsk
     if not _worth_a_look(dsk):
         return dsk  # nothing from CuPy and no draw: dask's graph as it is, not even materialized

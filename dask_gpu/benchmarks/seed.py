@@ -120,6 +120,8 @@ def run(size="small", shape=None, chunks=None, workloads=None, compare=None, pro
     repeat = int(repeat)
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, not {repeat}")
+    if not (0 < timeout < math.inf and 0 < cpu_budget < math.inf):
+        raise ValueError(f"--timeout ({timeout}) and --cpu-budget ({cpu_budget}) must be positive numbers")
     names = list(workloads or WORKLOADS)
     unknown = set(names) - set(WORKLOADS)
     if unknown:

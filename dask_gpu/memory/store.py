@@ -52,7 +52,7 @@ class DeviceHostDiskStore(MutableMapping):
         }
 
         root = worker_local_directory or tempfile.mkdtemp(prefix="dask-gpu-")
-        self._directory = os.path.join(root, "storage")
+        self._directory = _private_directory(os.path.join(root, "storage"))
         fraction = dask.config.get("distributed.worker.memory.target") or dask.config.get(
             "distributed.worker.memory.spill"
         )
@@ -232,3 +232,14 @@ class DeviceHostDiskStore(MutableMapping):
             self._spilled.clear()
             self._host.clear()
             shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def _private_directory(path: str) -> str:
+    """``path``, created if need be, that only this user may enter: spill files hold the user's data."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    except OSError as e:
+        advice = "give the worker a writable local directory (local_directory=, --local-directory)"
+        raise OSError(e.errno, f"cannot make the spill directory {path!r} ({e.strerror}): {advice}") from e
+    return path
