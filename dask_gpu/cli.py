@@ -7,7 +7,6 @@ import functools
 import json
 import math
 import os
-import re
 import socket
 import sys
 from importlib.util import find_spec
@@ -17,24 +16,6 @@ import click
 from dask_gpu import devices, report
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
-
-
-def _ports(ctx, param, value):
-    """``--worker-port``/``--nanny-port``: a port or a range like 9000:9010, checked before anything starts
-    (and before a range like 1:99999999999 is listed port by port)."""
-    if value in (None, "", "0"):
-        return value
-    match = re.fullmatch(r"\s*([0-9]{1,20})\s*(?::\s*([0-9]{1,20})\s*)?", value)
-    flag = param.opts[0]
-    if not match:
-        raise click.UsageError(f"{flag} {value!r} is not a port or a range like 9000:9010")
-    ports = [int(p) for p in match.groups() if p is not None]
-    bad = [p for p in ports if not 0 < p < 65536]
-    if bad:
-        raise click.UsageError(f"{flag} {value!r}: port {bad[0]} is outside 1-65535")
-    if len(ports) == 2 and ports[1] <= ports[0]:
-        raise click.UsageError(f"{flag} {value!r}: a range's last port must be above its first, e.g. 9000:9010")
-    return value
 
 
 def _seconds(ctx, param, value):
@@ -61,9 +42,8 @@ def gpu():
 @click.option("--host", help="Host (IP or name) the workers listen on.")
 @click.option("--interface", help="Network interface the workers listen on, e.g. eth0 or ib0.")
 @click.option("--protocol", help="Protocol: tcp, tls, ucx.")
-@click.option("--worker-port", callback=_ports,
-              help="Worker port, or a range like 9000:9010 shared out among the GPU workers.")
-@click.option("--nanny-port", callback=_ports, help="Nanny port, or a range like 9100:9110.")
+@click.option("--worker-port", help="Worker port, or a range like 9000:9010 shared out among the GPU workers.")
+@click.option("--nanny-port", help="Nanny port, or a range like 9100:9110.")
 @click.option("--listen-address", help="Address a single worker listens on, e.g. tcp://0.0.0.0:9000.")
 @click.option("--contact-address", help="Address a single worker advertises (with --listen-address), e.g. behind NAT.")
 @click.option("--local-directory", help="Directory for scratch space and spill files.")

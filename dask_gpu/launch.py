@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
-
-from distributed.utils import parse_ports
 
 from dask_gpu import devices
 from dask_gpu.options import WorkerOptions
@@ -32,19 +31,28 @@ def apportion_ports(worker_port, nanny_port, n: int) -> list[dict]:
 def _share(spec, n: int, flag: str) -> list:
     if spec in (None, "", "0", 0):
         return [0] * n  # any free port
-    try:
-        ports = parse_ports(spec)
-    except ValueError as e:
-        raise ValueError(f"{flag} {spec!r} is not a port or a range like 9000:9010 ({e})") from None
-    bad = [p for p in ports if not 0 < p < 65536]
-    if bad:
-        raise ValueError(f"{flag} {spec!r}: port {bad[0]} is outside 1-65535")
+    ports = port_range(spec, flag)
     if len(ports) < n:
         raise ValueError(
             f"{flag} {spec!r} gives {len(ports)} port(s) for {n} GPU workers: "
             f"give a range of at least {n}, e.g. {ports[0]}:{ports[0] + n - 1}"
         )
-    return [ports[i::n] for i in range(n)]
+    return [list(ports[i::n]) for i in range(n)]
+
+
+def port_range(spec, flag: str) -> range:
+    """A port (9000) or a range ("9000:9010") as ports, checked before any is listed: 1:10**12 is an error."""
+    text = str(spec) if isinstance(spec, (int, str)) and not isinstance(spec, bool) else ""
+    match = re.fullmatch(r"\s*([0-9]{1,20})\s*(?::\s*([0-9]{1,20})\s*)?", text)
+    if not match:
+        raise ValueError(f"{flag} {spec!r} is not a port or a range like 9000:9010")
+    first, last = int(match[1]), int(match[2] or match[1])
+    bad = [p for p in (first, last) if not 0 < p < 65536]
+    if bad:
+        raise ValueError(f"{flag} {spec!r}: port {bad[0]} is outside 1-65535")
+    if last < first:
+        raise ValueError(f"{flag} {spec!r}: a range's last port must be above its first, e.g. 9000:9010")
+    return range(first, last + 1)
 
 
 async def run_nannies(scheduler, scheduler_file, specs, ports, extra) -> int:

@@ -75,7 +75,10 @@ def host_memory_limit(limit, n_workers: int) -> int:
     if limit == "auto":
         return MEMORY_LIMIT // max(n_workers, 1)
     if isinstance(limit, float):
-        return int(MEMORY_LIMIT * limit)
+        size = int(MEMORY_LIMIT * limit)
+        if size == 0:  # 0 would mean no limit at all
+            raise ValueError(f"memory_limit={limit!r} of this machine's {MEMORY_LIMIT} bytes is less than one byte")
+        return size
     return int(limit)
 
 

@@ -75,6 +75,13 @@ def test_apportion_ports(worker_port, nanny_port, n, expected):
     assert apportion_ports(worker_port, nanny_port, n) == expected
 
 
+@pytest.mark.parametrize("spec, match", [("1:999999999999", "port 999999999999 is outside 1-65535"),
+                                         (5.5, "5.5 is not a port"), ("9010:9000", "above its first")])
+def test_bad_port_ranges_are_refused_before_any_port_is_listed(spec, match):
+    with pytest.raises(ValueError, match=match):
+        apportion_ports(spec, None, 1)
+
+
 def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     pid_file = str(tmp_path / "worker.pid")
     env = {**os.environ, "DASK_GPU__SIMULATE": "2"}

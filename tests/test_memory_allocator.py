@@ -154,7 +154,7 @@ def test_resolve_log_directory(rmm_installed, tmp_path, monkeypatch):
 
     missing, afile = tmp_path / "missing", tmp_path / "file"
     afile.write_text("")
-    for path in (missing, afile):
+    for path in (missing, afile, "", " "):  # an empty name is not "here"
         with pytest.raises(ValueError, match="not an existing directory") as info:
             resolve_allocator(rmm_log_directory=str(path), device_memory=DEVICE)
         assert str(path) in str(info.value)

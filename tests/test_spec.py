@@ -258,6 +258,11 @@ def test_host_memory_limit(limit, n_workers, expected):
     assert spec.host_memory_limit(limit, n_workers) == expected
 
 
+def test_a_host_memory_fraction_below_one_byte_is_refused_not_no_limit():
+    with pytest.raises(ValueError, match="memory_limit=1e-300 .* less than one byte"):
+        spec.host_memory_limit(1e-300, 1)
+
+
 # -- GPUWorker plugin ----------------------------------------------------------------------
 
 

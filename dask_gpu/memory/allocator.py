@@ -138,7 +138,8 @@ def _size(value, what: str, device_memory: int, bounded: bool = True) -> int | N
 def _log_directory(value) -> str | None:
     if value is None:
         return None
-    path = os.path.abspath(os.fspath(value)) if isinstance(value, (str, os.PathLike)) else None
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else ""
+    path = os.path.abspath(text) if str(text).strip() else None  # "" is not "here"
     if path is None or not os.path.isdir(path):
         raise ValueError(f"rmm_log_directory={value!r} is not an existing directory")
     if not os.access(path, os.W_OK | os.X_OK):
