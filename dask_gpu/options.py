@@ -207,17 +207,20 @@ def parse_size(value) -> int:
     return int(size)
 
 
+def fraction_bytes(fraction: float, total: int, what: str) -> int:
+    """``fraction`` of ``total`` bytes; an error where that is under one byte, since 0 means no limit."""
+    size = int(total * fraction)
+    if fraction > 0 and size == 0:
+        raise ValueError(f"{what} ({fraction!r} of {total} bytes) is less than one byte: "
+                         "give a larger fraction, or 0 for no limit")
+    return size
+
+
 def device_memory_bytes(limit, total: int, auto: float = 0.8) -> int:
     """The device memory limit in bytes for a device of ``total`` bytes; 0 means no limit."""
     fraction = auto if limit == "auto" else limit
     if isinstance(fraction, float):
-        size = int(total * fraction)
-        if fraction > 0 and size == 0:  # 0 would mean no limit at all
-            raise ValueError(
-                f"device_memory_limit={limit!r} ({fraction!r} of the device's {total} bytes) is less than "
-                "one byte: give a larger fraction, or 0 for no limit"
-            )
-        return size
+        return fraction_bytes(fraction, total, f"device_memory_limit={limit!r}")
     if limit > total:
         raise ValueError(
             f"device_memory_limit={limit} bytes is larger than the device ({total} bytes): "

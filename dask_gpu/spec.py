@@ -16,7 +16,7 @@ from distributed.system import MEMORY_LIMIT
 from dask_gpu.devices import Device
 from dask_gpu.memory.allocator import resolve_allocator
 from dask_gpu.memory.store import DeviceHostDiskStore
-from dask_gpu.options import WorkerOptions, device_memory_bytes
+from dask_gpu.options import WorkerOptions, device_memory_bytes, fraction_bytes
 from dask_gpu.plugins import GPUWorker
 
 
@@ -75,10 +75,7 @@ def host_memory_limit(limit, n_workers: int) -> int:
     if limit == "auto":
         return MEMORY_LIMIT // max(n_workers, 1)
     if isinstance(limit, float):
-        size = int(MEMORY_LIMIT * limit)
-        if size == 0:  # 0 would mean no limit at all
-            raise ValueError(f"memory_limit={limit!r} of this machine's {MEMORY_LIMIT} bytes is less than one byte")
-        return size
+        return fraction_bytes(limit, MEMORY_LIMIT, f"memory_limit={limit!r}")
     return int(limit)
 
 
