@@ -16,9 +16,15 @@ class Allocation:
 
 
 class StandInArray:
-    def __init__(self, values):
+    fail_to_host = False  # set on one to stand for a value that cannot move (no memory to make it contiguous)
+
+    def __init__(self, values, allocation=None):
         self.values = np.asarray(values)
-        self.allocation = Allocation(self.values.nbytes)
+        self.allocation = allocation or Allocation(self.values.nbytes)
+
+    def view(self, index):
+        """A view: part of the values, the same allocation."""
+        return StandInArray(self.values[index], self.allocation)
 
 
 def rebuild(values):
@@ -26,13 +32,19 @@ def rebuild(values):
 
 
 def to_host(x):
+    if x.fail_to_host:
+        raise MemoryError("no room to make it contiguous")
     return HostCopy(x.values.copy(), rebuild, x.values.nbytes)
 
 
-register_device_type(StandInArray, buffers=lambda x: [(id(x.allocation), x.allocation.nbytes)], to_host=to_host)
+def register():
+    register_device_type(StandInArray, buffers=lambda x: [(id(x.allocation), x.allocation.nbytes)], to_host=to_host)
 
 
-def make(nbytes: int, fill: int) -> StandInArray:
+register()
+
+
+def make(nbytes: int, fill: int = 1) -> StandInArray:
     """``nbytes`` of device data, every byte ``fill``."""
     return StandInArray(np.full(nbytes, fill % 256, dtype="uint8"))
 

@@ -5,53 +5,14 @@ import threading
 
 import numpy as np
 import pytest
+import standin_device
 from distributed import Client
 
 from dask_gpu import LocalCUDACluster
-from dask_gpu.memory.dispatch import HostCopy, register_device_type
+from dask_gpu.memory.dispatch import HostCopy
 from dask_gpu.memory.stats import memory_stats
 from dask_gpu.memory.store import DeviceHostDiskStore
-
-
-class Allocation:
-    """A stand-in device allocation: what views share."""
-
-    def __init__(self, nbytes):
-        self.nbytes = nbytes
-
-
-class FakeDevice:
-    """A stand-in device array: host values plus the allocation they keep alive."""
-
-    fail_to_host = False
-
-    def __init__(self, values, allocation=None):
-        self.values = np.asarray(values)
-        self.allocation = allocation or Allocation(self.values.nbytes)
-
-    def view(self, index):
-        return FakeDevice(self.values[index], self.allocation)
-
-
-def rebuild(values):
-    return FakeDevice(values)
-
-
-def fake_to_host(x):
-    if x.fail_to_host:
-        raise MemoryError("no room to make it contiguous")
-    return HostCopy(x.values.copy(), rebuild, x.values.nbytes)
-
-
-def register():
-    register_device_type(FakeDevice, buffers=lambda x: [(id(x.allocation), x.allocation.nbytes)], to_host=fake_to_host)
-
-
-register()
-
-
-def arr(nbytes, fill=1):
-    return FakeDevice(np.full(nbytes, fill, dtype="uint8"))
+from standin_device import StandInArray, make
 
 
 @pytest.fixture
@@ -62,23 +23,23 @@ def store(tmp_path):
 
 
 def test_least_recently_used_device_data_moves_to_host(store):
-    store["a"], store["b"] = arr(400, 1), arr(400, 2)
+    store["a"], store["b"] = make(400, 1), make(400, 2)
     assert set(store.device) == {"a", "b"} and store.device_bytes == 800
-    store["c"] = arr(400, 3)  # over the limit: "a" is the oldest
+    store["c"] = make(400, 3)  # over the limit: "a" is the oldest
     assert set(store.device) == {"b", "c"} and isinstance(store.host["a"], HostCopy)
     assert store.device_bytes == 800
     store["b"]  # now "c" is the oldest
-    store["d"] = arr(400, 4)
+    store["d"] = make(400, 4)
     assert set(store.device) == {"b", "d"} and set(store.host) == {"a", "c"}
     assert set(store) == {"a", "b", "c", "d"} and len(store) == 4
 
 
 def test_reading_spilled_data_brings_it_back_exactly(store):
-    store["a"] = FakeDevice(np.arange(100, dtype="float64"))  # 800 bytes
-    store["b"] = arr(800)
+    store["a"] = StandInArray(np.arange(100, dtype="float64"))  # 800 bytes
+    store["b"] = make(800)
     assert "a" in store.host
     a = store["a"]
-    assert isinstance(a, FakeDevice) and a.values.dtype == np.float64
+    assert isinstance(a, StandInArray) and a.values.dtype == np.float64
     np.testing.assert_array_equal(a.values, np.arange(100))
     assert set(store.device) == {"a"} and "b" in store.host  # the limit still holds
     assert store.metrics()["host-to-device-count"] == 1
@@ -92,7 +53,7 @@ def test_host_objects_skip_the_device_tier(store):
 
 
 def test_views_of_one_allocation_count_once(store):
-    base = arr(600)
+    base = make(600)
     store["v1"], store["v2"] = base.view(slice(0, 100)), base.view(slice(100, 300))
     assert store.device_bytes == 600
     del store["v1"]
@@ -103,9 +64,9 @@ def test_views_of_one_allocation_count_once(store):
 
 def test_evicting_a_view_releases_nothing_while_another_holds_the_allocation(tmp_path):
     store = DeviceHostDiskStore(1500, worker_local_directory=str(tmp_path))
-    base = arr(1000)
+    base = make(1000)
     store["v1"], store["v2"] = base.view(slice(0, 10)), base.view(slice(10, 20))
-    store["c"] = arr(600)  # 1600 > 1500: v1 goes, releasing nothing, then v2 releases 1000
+    store["c"] = make(600)  # 1600 > 1500: v1 goes, releasing nothing, then v2 releases 1000
     assert set(store.device) == {"c"} and set(store.host) == {"v1", "v2"}
     assert store.device_bytes == 600
     assert store.metrics()["device-to-host-bytes"] == 1000
@@ -113,7 +74,7 @@ def test_evicting_a_view_releases_nothing_while_another_holds_the_allocation(tmp
 
 
 def test_spill_for_an_allocation(store):
-    store["a"], store["b"] = arr(300), arr(300)
+    store["a"], store["b"] = make(300), make(300)
     assert store.spill(1) == 300 and set(store.device) == {"b"}
     assert store.spill(10**9) == 300 and not store.device
     assert store.spill(1) == 0  # nothing left: the allocator gives up
@@ -121,7 +82,7 @@ def test_spill_for_an_allocation(store):
 
 
 def test_describe_names_what_is_held(store):
-    store["small"], store["big"] = arr(100), arr(700)
+    store["small"], store["big"] = make(100), make(700)
     text = store.describe()
     assert "800 B in 2 key(s)" in text and text.index("'big'") < text.index("'small'")
 
@@ -129,7 +90,7 @@ def test_describe_names_what_is_held(store):
 def test_host_spills_to_disk_and_back(tmp_path):
     store = DeviceHostDiskStore(500, memory_limit=2000, worker_local_directory=str(tmp_path))
     for i in range(6):
-        store[f"d{i}"] = arr(400, i)  # each evicts the one before it to the host tier
+        store[f"d{i}"] = make(400, i)  # each evicts the one before it to the host tier
     store["h"] = np.arange(500, dtype="uint8")
     assert store.disk  # the host tier passed memory_limit * target and wrote files
     assert os.listdir(os.path.join(str(tmp_path), "storage"))
@@ -148,17 +109,17 @@ def test_evict_moves_host_data_to_disk(store):
 
 
 def test_a_value_that_cannot_move_stays_on_the_device(store):
-    stuck = arr(600)
+    stuck = make(600)
     stuck.fail_to_host = True
     store["stuck"] = stuck
-    store["next"] = arr(600)  # would need "stuck" to move; it cannot
+    store["next"] = make(600)  # would need "stuck" to move; it cannot
     assert set(store.device) == {"stuck", "next"} and store.device_bytes == 1200
     assert store.spill(600) == 600 and set(store.device) == {"stuck"}  # the next-oldest goes instead
 
 
 def test_replacing_a_key_releases_the_old_value(store):
-    store["a"] = arr(600)
-    store["a"] = arr(300)
+    store["a"] = make(600)
+    store["a"] = make(300)
     assert store.device_bytes == 300 and len(store) == 1
 
 
@@ -167,7 +128,7 @@ def test_threads_keep_the_accounting_exact(tmp_path):
 
     def work(t):
         for i in range(200):
-            store[(t, i % 20)] = arr(100 + i % 7, t)
+            store[(t, i % 20)] = make(100 + i % 7, t)
             if i % 3 == 0:
                 store[(t, (i + 5) % 20)] if (t, (i + 5) % 20) in store else None
             if i % 11 == 0:
@@ -184,7 +145,7 @@ def test_threads_keep_the_accounting_exact(tmp_path):
 
 
 def test_metrics(store):
-    store["a"], store["b"], store["c"] = arr(400), arr(400), arr(400)
+    store["a"], store["b"], store["c"] = make(400), make(400), make(400)
     store["a"]
     m = store.metrics()
     assert m["device-keys"] == 2 and m["device-bytes"] == 800 and m["device-limit"] == 1000
@@ -195,8 +156,8 @@ def test_metrics(store):
 def test_workers_use_the_store_with_its_limit(simulate):
     simulate(1)
     with LocalCUDACluster(device_memory_limit=1000, dashboard_address=False) as cluster, Client(cluster) as client:
-        client.run(register)  # the stand-in type, in the worker process
-        futures = client.map(lambda i: arr(400, i), range(5))
+        client.run(standin_device.register)  # the stand-in type, in the worker process
+        futures = client.map(lambda i: make(400, i), range(5))
         results = client.gather(futures)
         assert [int(r.values[0]) for r in results] == list(range(5))
         (stats,) = memory_stats(client).values()
