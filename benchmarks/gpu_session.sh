@@ -18,7 +18,8 @@ for step in "$@"; do
     tests) python3 -m pytest -p no:cacheprovider -q -rs tests 2>&1 | tee "$out/tests.log" | tail -25 ;;
     gputests) python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests 2>&1 | tee "$out/gputests.log" | tail -25 ;;
     startup) python3 benchmarks/startup.py --repeat ${REPEAT:-7} --out "$out/startup.json" 2>&1 | tail -30 ;;
-    bench) python3 -m dask gpu bench --size small --json "$out/bench-small.json" 2>&1 | tail -12 ;;
+    bench) timeout ${BENCH_TIMEOUT:-550} python3 -m dask gpu bench ${BENCH:---size small} --json "$out/bench${TAG:-}.json" \
+             --plot "$out/bench${TAG:-}.png" 2>&1 | grep -v WARN | tee "$out/bench${TAG:-}.log" | tail -30 ;;
     info) python3 -m dask gpu info; nvidia-smi topo -m
           python3 -c "import cupy; n = cupy.cuda.runtime.getDeviceCount(); print('peer access:', [(a, b, cupy.cuda.runtime.deviceCanAccessPeer(a, b)) for a in range(n) for b in range(n) if a != b])"
           python3 -c "import distributed_ucxx, ucxx; print('distributed-ucxx', distributed_ucxx.__version__)" 2>&1 | tail -1 ;;
@@ -27,6 +28,6 @@ for step in "$@"; do
     spill) python3 benchmarks/spill.py --out "$out/spill.json" 2>&1 | tail -20 ;;
     oversubscribe) python3 benchmarks/oversubscribe.py --out "$out/oversubscribe.json" 2>&1 | tail -8 ;;
     transfer) timeout 200 python3 benchmarks/transfer.py --out "$out/transfer.json" 2>&1 | tail -20 ;;
-    seed2tb) python3 benchmarks/seed_2tb.py --size ${SIZE:-500000} --out "$out/seed-2tb.json" 2>&1 | tail -30 ;;
+    seed2tb) timeout 300 python3 benchmarks/seed_2tb.py --size ${SIZE:-500000} --out "$out/seed-2tb.json" 2>&1 | tail -30 ;;
   esac
 done

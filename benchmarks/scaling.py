@@ -4,7 +4,7 @@ For each run: wall time; the time before the first task starts (graph building, 
 sending); the span of the tasks; for each worker, its compute and transfer time, and the part
 of the span in which it computed nothing. Writes JSON with the machine's description.
 
-    python benchmarks/scaling.py [--size full] [--workloads sum,transpose] [--repeat 3] [--protocol tcp]
+    python benchmarks/scaling.py [--size full] [--workloads sum,transpose] [--repeat 3] [--protocol tcp] [--gpus 1,8]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dask.array as da
 from distributed import Client, get_task_stream
 
 from dask_gpu import LocalCUDACluster, devices
-from dask_gpu.benchmarks.seed import WORKLOADS, resolve_size
+from dask_gpu.benchmarks.seed import WORKLOADS, gpu_counts, resolve_size
 from dask_gpu.report import machine_dict
 
 
@@ -76,14 +76,15 @@ def main():
     parser.add_argument("--protocol", default="tcp")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker")
     parser.add_argument("--saturation", help="root tasks sent ahead per worker thread [gpu.worker-saturation]")
+    parser.add_argument("--gpus", help="GPU counts, comma-separated [default: 1 and all]")
     parser.add_argument("--out", default="benchmarks/results/scaling.json")
     args = parser.parse_args()
     n, c = resolve_size(args.size)
-    gpus = len(devices.discover().devices)
+    counts = gpu_counts(args.gpus, len(devices.discover().devices))
     names = args.workloads.split(",")
     result = {"machine": machine_dict(), "shape": n, "chunks": c, "protocol": args.protocol,
               "saturation": args.saturation, "runs": []}
-    for count in sorted({1, gpus}):
+    for count in counts:
         result["runs"] += run(count, names, n, c, args.repeat, args.protocol, args.threads, args.saturation)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

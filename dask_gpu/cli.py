@@ -151,6 +151,7 @@ def config(scheduler, scheduler_file, timeout, as_json):
 @click.option("--chunks", type=int, help="Side of a square chunk (overrides --size).")
 @click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose [default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
+@click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all].")
 @click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
               help="Between GPU workers [default: ucx for several GPUs where distributed-ucxx is installed].")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -161,26 +162,29 @@ def config(scheduler, scheduler_file, timeout, as_json):
               help="Values a CPU column computes in full [2.5e9]; past it, it measures a fraction and estimates.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
-def bench(size, shape, chunks, workloads, compare, protocol, repeat, timeout, cpu_budget, json_path, plot_path):
+def bench(size, shape, chunks, workloads, compare, gpus, protocol, repeat, timeout, cpu_budget, json_path, plot_path):
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table."""
     from dask_gpu.benchmarks import seed
 
     names = [w.strip() for w in workloads.split(",")] if workloads else list(seed.WORKLOADS)
     if plot_path and find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
-    steps = len(seed.architectures(compare)) * len(names)
     try:
+        steps = len(seed.architectures(compare, gpus)) * len(names)
         with click.progressbar(length=steps, label="running", item_show_func=lambda item: item, file=sys.stderr) as bar:
             progress = functools.partial(bar.update, 1)
-            results = seed.run(size, shape, chunks, names, compare, progress, protocol, repeat, timeout, cpu_budget)
+            results = seed.run(size, shape, chunks, names, compare, progress, protocol, repeat, timeout, cpu_budget,
+                               gpus, functools.partial(_write_json, json_path) if json_path else None)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(seed.table(results))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=2)
     if plot_path:
         seed.plot(results, plot_path)
+
+
+def _write_json(path, results):
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":  # pragma: no cover

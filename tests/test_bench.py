@@ -48,6 +48,25 @@ def test_columns_for_each_gpu_count_and_dask_cuda(monkeypatch):
     monkeypatch.setattr(seed, "find_spec", lambda name: object())
     labels = [label for label, _, _ in seed.architectures("dask-cuda")]
     assert labels[2:] == ["1 GPU", "4 GPUs", "dask-cuda, 1 GPU", "dask-cuda, 4 GPUs"]
+    labels = [label for label, _, _ in seed.architectures(None, gpus="4,2,1,2")]
+    assert labels[2:] == ["1 GPU", "2 GPUs", "4 GPUs"]
+    with pytest.raises(ValueError, match="each count must be 1 to the number of GPUs here \\(4\\)"):
+        seed.architectures(None, gpus="1,8")
+
+
+def test_scaling_is_each_gpu_columns_speedup_over_one_gpu_of_the_same_cluster():
+    columns = {"1 GPU": ("gpu", 1), "4 GPUs": ("gpu", 4), "dask-cuda, 1 GPU": ("dask-cuda", 1),
+               "dask-cuda, 4 GPUs": ("dask-cuda", 4), "2 CPU cores": ("cpu", 2)}
+    seconds = {"1 GPU": 8.0, "4 GPUs": 2.5, "dask-cuda, 1 GPU": 20.0, "dask-cuda, 4 GPUs": 5.0, "2 CPU cores": 1.0}
+    runs = [{"workload": "sum", "architecture": a, "seconds": s, "correct": True} for a, s in seconds.items()]
+    runs.append({"workload": "mean", "architecture": "4 GPUs", "error": "failed"})
+    rows = {r["architecture"]: r for r in seed.scaling(runs, columns)}
+    assert set(rows) == {"4 GPUs", "dask-cuda, 4 GPUs"}
+    assert rows["4 GPUs"]["speedup"] == pytest.approx(3.2) and rows["4 GPUs"]["efficiency"] == pytest.approx(0.8)
+    assert rows["dask-cuda, 4 GPUs"]["efficiency"] == pytest.approx(1.0)
+    table = seed.table({"shape": 8, "chunks": 4, "columns": list(columns), "workloads": {"sum": "s"},
+                        "runs": runs, "notes": [], "scaling": list(rows.values())})
+    assert "sum on 4 GPUs: 3.20 x one GPU (80% efficiency)" in table
 
 
 def test_compare_without_dask_cuda_says_so(no_gpu, monkeypatch):
@@ -58,7 +77,7 @@ def test_compare_without_dask_cuda_says_so(no_gpu, monkeypatch):
 
 def test_a_column_whose_cluster_fails_to_start_is_a_result(no_gpu, monkeypatch):
     columns = [("1 CPU core", "cpu", 1), ("1 GPU", "gpu", 1)]
-    monkeypatch.setattr(seed, "architectures", lambda compare: columns)
+    monkeypatch.setattr(seed, "architectures", lambda compare, gpus=None: columns)
     real = seed._context
 
     def context(kind, count, protocol):
@@ -67,7 +86,10 @@ def test_a_column_whose_cluster_fails_to_start_is_a_result(no_gpu, monkeypatch):
         return real(kind, count, protocol)
 
     monkeypatch.setattr(seed, "_context", context)
-    result = seed.run(shape=400, chunks=200, workloads=["sum", "mean"])
+    seen = []  # what a run stopped after each column would have kept
+    result = seed.run(shape=400, chunks=200, workloads=["sum", "mean"],
+                      checkpoint=lambda r: seen.append(len(r["runs"])))
+    assert seen == [2, 4]
     gpu_runs = [r for r in result["runs"] if r["architecture"] == "1 GPU"]
     assert [r["workload"] for r in gpu_runs] == ["sum", "mean"]
     assert all(r["error"] == "RuntimeError: no such device" for r in gpu_runs)
@@ -111,6 +133,8 @@ def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installe
         (["--cpu-budget", "0"], "0.0 is not in the range x>0"),
         (["--timeout", "-1"], "-1.0 is not in the range x>0"),
         (["--timeout", "nan"], "--timeout \\(nan\\)"),
+        (["--gpus", "1,two"], "--gpus takes GPU counts separated by commas"),
+        (["--gpus", "0,1"], "--gpus 0,1: each count must be 1"),
     ],
 )
 def test_bad_input_is_a_usage_error(args, match):

@@ -18,7 +18,7 @@ from distributed import Client
 from dask_gpu import LocalCUDACluster
 from dask_gpu.memory.stats import memory_stats
 
-ROUNDS = 4
+ROUNDS = int(os.environ.get("DASK_GPU_SOAK_ROUNDS", 4))  # more for a longer soak on a GPU
 
 
 def usage(dask_worker) -> dict:

@@ -5,8 +5,8 @@ Workloads (the seeds' code; NumPy chunks on the CPU, CuPy's ``RandomState`` on t
 ``svd`` the singular values of a tall-and-skinny random matrix, and ``transpose``
 ``(x + x.T).sum()``, which moves chunks between workers.
 
-Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster),
-and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. GPU workers talk
+Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster; other
+counts with ``gpus``), and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. GPU workers talk
 over UCX when there are several and distributed-ucxx is installed (NVLink between the GPUs
 of a machine), else TCP. A CPU column whose workload is larger than ``cpu_budget`` values runs
 a measured fraction of it (same chunks, at least one for each core) and is scaled up, marked
@@ -89,13 +89,26 @@ def resolve_size(size: str = "small", shape: int | None = None, chunks: int | No
     return n, c
 
 
-def architectures(compare: str | None = None) -> list[tuple[str, str, int]]:
+def gpu_counts(spec: str | None, available: int) -> list[int]:
+    """The GPU counts of the GPU columns: ``spec`` ("1,2,4,8"), or 1 and all of them."""
+    if spec is None:
+        return sorted({1, available}) if available else []
+    try:
+        counts = sorted({int(part) for part in str(spec).split(",")})
+    except ValueError:
+        raise ValueError(f"--gpus takes GPU counts separated by commas, such as 1,2,4, not {spec!r}") from None
+    if counts[0] < 1 or (available and counts[-1] > available):
+        raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs here ({available})")
+    return counts if available else []  # no GPU columns; the table's note says why
+
+
+def architectures(compare: str | None = None, gpus: str | None = None) -> list[tuple[str, str, int]]:
     """(label, kind, count) of each column: kind is "cpu", "gpu" or "dask-cuda"."""
     cores = os.cpu_count() or 1
     columns = [("1 CPU core", "cpu", 1), (f"{cores} CPU cores", "cpu", cores)]
     system = devices.discover()
-    gpus = len(system.devices) if system.state is devices.State.AVAILABLE and find_spec("cupy") else 0
-    counts = [1, gpus] if gpus > 1 else [1] if gpus else []
+    available = len(system.devices) if system.state is devices.State.AVAILABLE and find_spec("cupy") else 0
+    counts = gpu_counts(gpus, available)
     for kind in ("gpu", "dask-cuda") if compare == "dask-cuda" else ("gpu",):
         prefix = "dask-cuda, " if kind == "dask-cuda" else ""
         columns += [(f"{prefix}{g} GPU{'s' if g > 1 else ''}", kind, g) for g in counts]
@@ -109,10 +122,11 @@ def default_protocol(columns) -> str:
 
 
 def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None,
-        protocol=None, repeat=1, timeout=None, cpu_budget=None) -> dict:
-    """Every workload on every architecture; ``progress(label)`` is called before each run."""
+        protocol=None, repeat=1, timeout=None, cpu_budget=None, gpus=None, checkpoint=None) -> dict:
+    """Every workload on every architecture; ``progress(label)`` is called before each run, and
+    ``checkpoint(result)`` after each column, so that a run stopped part way keeps what it measured."""
     n, c = resolve_size(size, shape, chunks)
-    columns = architectures(compare)
+    columns = architectures(compare, gpus)
     protocol, timeout = protocol or default_protocol(columns), timeout or TIMEOUT
     cpu_budget = cpu_budget or CPU_BUDGET
     if protocol not in ("tcp", "ucx"):
@@ -149,7 +163,25 @@ def run(size="small", shape=None, chunks=None, workloads=None, compare=None, pro
             error = {"architecture": label, "error": f"{type(e).__name__}: {e}"[:500]}
             done += [{"workload": name, **error} for name in names[len(done):]]
         result["runs"] += done
+        result["scaling"] = scaling(result["runs"], {label: (kind, count) for label, kind, count in columns})
+        if checkpoint:
+            checkpoint(result)
     return result
+
+
+def scaling(runs: list[dict], columns: dict) -> list[dict]:
+    """Each GPU column's speed-up over the 1-GPU column of its cluster, and its efficiency (speed-up / GPUs)."""
+    one = {(r["workload"], columns[r["architecture"]][0]): r for r in runs
+           if columns[r["architecture"]][1:] == (1,) and "seconds" in r}
+    rows = []
+    for r in runs:
+        kind, count = columns[r["architecture"]]
+        base = one.get((r["workload"], kind))
+        if kind != "cpu" and count > 1 and base and "seconds" in r:
+            speedup = base["seconds"] / r["seconds"]
+            rows.append({"workload": r["workload"], "architecture": r["architecture"], "gpus": count,
+                         "speedup": speedup, "efficiency": speedup / count})
+    return rows
 
 
 def _why_no_gpus() -> str:
@@ -253,7 +285,9 @@ def table(result: dict) -> str:
     head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
     if any("GPU" in column for column in result["columns"]):
         head += f"; GPU workers over {result.get('protocol', 'tcp')}, best of {result.get('repeat', 1)} runs"
-    return "\n".join([head, text_table(rows), *result["notes"]])
+    speedups = [f"{r['workload']} on {r['architecture']}: {r['speedup']:.2f} x one GPU "
+                f"({r['efficiency']:.0%} efficiency)" for r in result.get("scaling", [])]
+    return "\n".join([head, text_table(rows), *speedups, *result["notes"]])
 
 
 def plot(result: dict, path: str) -> None:
