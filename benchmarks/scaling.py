@@ -42,13 +42,22 @@ def phases(stream: list[dict], submitted: float, finished: float) -> dict:
     }
 
 
+def graph_phases(client, submitted: float) -> dict:
+    """When the scheduler got the last graph, and how long it took to make tasks of it (materializing and
+    optimizing, ordering, task states), from the scheduler's own update-graph event."""
+    events = [e for _, e in client.get_events("scheduler") if e.get("action") == "update-graph" and "metrics" in e]
+    metrics = events[-1]["metrics"]
+    return {"to_scheduler": metrics["start_timestamp_seconds"] - submitted,
+            "materialize": metrics["materialization_duration_seconds"], "total": metrics["duration_seconds"]}
+
+
 def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]:
     import cupy
 
     rows = []
     cluster = LocalCUDACluster(n_workers=count, protocol=protocol, threads_per_worker=threads,
                                worker_saturation=saturation, dashboard_address=":0")
-    with cluster, Client(cluster):
+    with cluster, Client(cluster) as client:
         rs = da.random.RandomState(RandomState=cupy.random.RandomState)
         for name in names:
             WORKLOADS[name][1](rs, 2 * c, c, float("inf")).expr.compute()  # warm up
@@ -61,9 +70,11 @@ def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]
                 row = {"gpus": count, "threads": threads, "workload": name,
                        "value": float(value), "correct": bool(problem.check(value))}
                 row.update(phases(stream.data, submitted, finished))
+                row["graph"] = graph_phases(client, submitted)
                 rows.append(row)
                 print(f"{count} GPU(s) x {threads} thread(s) {name}: {row['wall']:.2f} s, "
-                      f"first task after {row['before_first_task']:.2f} s, span {row['span']:.2f} s, idle " + ", ".join(
+                      f"first task after {row['before_first_task']:.2f} s (to the scheduler "
+                      f"{row['graph']['to_scheduler']:.2f}, graph {row['graph']['total']:.2f}), span {row['span']:.2f} s, idle " + ", ".join(
                           f"{w['idle']:.2f}" for w in row["workers"].values()), flush=True)
     return rows
 

@@ -5,10 +5,12 @@ import types
 
 import dask
 import dask.array as da
+import distributed.protocol
 import numpy as np
 import pytest
 from dask._task_spec import Task, _execute_subgraph
 from dask.array.optimization import optimize as dask_optimize
+from distributed.protocol.serialize import ToPickle
 
 from dask_gpu import random
 from dask_gpu.array import distributions, optimization, plan
@@ -233,6 +235,9 @@ def test_the_seed_code_with_cupy_randomstate_is_found_and_fused(dask_fuses, monk
     assert len(tasks) == 16 and all(t.args[0].kinds == ("value",) for t in tasks)
     leaves = [t.args[1] for t in tasks]
     assert all(leaf.func is plan.reseeded_random for leaf in leaves)  # each thread reuses its generator
+    assert all(isinstance(leaf.args[2], bytes) for leaf in leaves)  # seed states travel in their task's message
+    top = [t for t in graph.values() if isinstance(t, Task)]
+    assert len(distributed.protocol.dumps([ToPickle(t) for t in top])) <= 2 * len(top) + 2  # no frame per state
     with dask.config.set({"optimization.fuse.active": dask_fuses}):
         fast = y.compute()  # NumPy under the fake class: every fused task takes the original operations
         with dask.config.set({"gpu.array-optimize": False}):

@@ -7,7 +7,6 @@ import pytest
 from distributed import Client, get_worker
 
 from dask_gpu import LocalCUDACluster, discover
-from dask_gpu.benchmarks import seed
 
 pytestmark = pytest.mark.gpu
 
@@ -90,12 +89,6 @@ def test_gpu_tasks_go_to_gpu_workers_beside_cpu_workers():
             results = dask.compute(*[dask.delayed(where)(dask_key_name=f"w-{i}") for i in range(4)])
         assert all(name.startswith("gpu-") and value == 4.0 for name, value in results)
         assert client.submit(np.ones, 3, workers=["cpu-0"]).result().sum() == 3
-
-
-def test_bench_gpu_column():
-    result = seed.run(shape=4000, chunks=1000, echo=lambda *_: None)
-    gpu = [r for r in result["runs"] if "GPU" in r["architecture"]]
-    assert len(gpu) == 1 and "skipped" not in gpu[0] and gpu[0]["correct"]
 
 
 def test_cli_worker_on_real_gpus(scheduler, tmp_path):

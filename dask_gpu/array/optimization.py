@@ -167,7 +167,19 @@ def _reseeded(task: Task) -> Task:
     cls, method = _plain(task.args[0]), _plain(task.args[1])
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
         return task
-    return Task(task.key, reseeded_random, *task.args, **task.kwargs)
+    cls, method, state, *rest = task.args
+    return Task(task.key, reseeded_random, cls, method, _in_band(_plain(state)), *rest, **task.kwargs)
+
+
+def _in_band(state):
+    """A block's seed state as bytes, which pickle inside its task's message.
+
+    As an array it would travel as a buffer of its own: for the seed's 2 TB array, 2500 of them
+    in the messages that start the work, each a separate frame to send and receive.
+    """
+    if isinstance(state, np.ndarray) and state.dtype == np.uint32 and state.ndim == 1:
+        return state.tobytes()
+    return state
 
 
 def _is_cupy_class(cls) -> bool:

@@ -104,7 +104,7 @@ def reseeded_random(cls, method, state, size, args, kwargs):
     if cls not in generators:
         generators[cls] = cls()
     generator = generators[cls]
-    generator.seed(state)
+    generator.seed(np.frombuffer(state, dtype=np.uint32) if isinstance(state, bytes) else state)
     return getattr(generator, method)(*args, size=size, **kwargs)
 
 
