@@ -72,10 +72,11 @@ def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]
                 row.update(phases(stream.data, submitted, finished))
                 row["graph"] = graph_phases(client, submitted)
                 rows.append(row)
+                idle = ", ".join(f"{w['idle']:.2f}" for w in row["workers"].values())
                 print(f"{count} GPU(s) x {threads} thread(s) {name}: {row['wall']:.2f} s, "
                       f"first task after {row['before_first_task']:.2f} s (to the scheduler "
-                      f"{row['graph']['to_scheduler']:.2f}, graph {row['graph']['total']:.2f}), span {row['span']:.2f} s, idle " + ", ".join(
-                          f"{w['idle']:.2f}" for w in row["workers"].values()), flush=True)
+                      f"{row['graph']['to_scheduler']:.2f}, graph {row['graph']['total']:.2f}), "
+                      f"span {row['span']:.2f} s, idle {idle}", flush=True)
     return rows
 
 
