@@ -167,8 +167,8 @@ def _reseeded(task: Task) -> Task:
     cls, method = _plain(task.args[0]), _plain(task.args[1])
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
         return task
-    cls, method, state, *rest = task.args
-    return Task(task.key, reseeded_random, cls, method, _in_band(_plain(state)), *rest, **task.kwargs)
+    state = _in_band(_plain(task.args[2]))
+    return Task(task.key, reseeded_random, *task.args[:2], state, *task.args[3:], **task.kwargs)
 
 
 def _in_band(state):

@@ -5,13 +5,14 @@ Workloads (the seeds' code; NumPy chunks on the CPU, CuPy's ``RandomState`` on t
 ``svd`` the singular values of a tall-and-skinny random matrix, and ``transpose``
 ``(x + x.T).sum()``, which moves chunks between workers.
 
-Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster; other
-counts with ``gpus``), and with ``compare="dask-cuda"`` the GPU columns again on dask-cuda's cluster. GPU workers talk
-over UCX when there are several and distributed-ucxx is installed (NVLink between the GPUs
-of a machine), else TCP. A CPU column whose workload is larger than ``cpu_budget`` values runs
-a measured fraction of it (same chunks, at least one for each core) and is scaled up, marked
-as an estimate. GPU columns run once on every worker to warm up, then ``repeat`` times; the
-best time counts.
+Architectures: one CPU core, all CPU cores, one GPU and all GPUs (through LocalCUDACluster;
+other counts with ``gpus``), and with ``compare="dask-cuda"`` the GPU columns again on
+dask-cuda's cluster. GPU workers talk over UCX when there are several and distributed-ucxx is
+installed (NVLink between the GPUs of a machine), else TCP. A CPU column whose workload is
+larger than ``cpu_budget`` values runs a measured fraction of it (same chunks, at least one for
+each core) and is scaled up, marked as an estimate. GPU columns run once on every worker to warm
+up, then ``repeat`` times; the best time counts, and each GPU column's speed-up over one GPU of
+its cluster is reported with its efficiency.
 """
 
 from __future__ import annotations
