@@ -148,7 +148,7 @@ class LocalCUDACluster(SpecCluster):
             rmm_track_allocations=rmm_track_allocations,
             **kwargs,
         )
-        if self.options.ucx and self.options.protocol in ("ucx", "ucxx"):
+        if self.options.ucx:
             dask.config.set({"distributed-ucxx": dict(self.options.ucx)})  # the scheduler and clients here too
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
         self._gpu_names = {d.label for _, d in self.devices}

@@ -42,7 +42,7 @@ class WorkerOptions:
     local_directory: str | None = None
     pre_import: tuple[str, ...] = ()
     protocol: str | None = None
-    # UCX transports chosen by hand (distributed-ucxx config keys); empty: UCX picks them.
+    # UCX transports chosen by hand (distributed-ucxx config keys); empty: UCX picks them, or no UCX runs.
     ucx: Mapping[str, bool] = field(default_factory=dict)
     cpu_affinity: bool = True
     # Allocator keywords (ALLOCATOR_KEYS), checked per device by memory.allocator.resolve_allocator.
@@ -68,8 +68,9 @@ class WorkerOptions:
         allocator = {key: config.get(key, extra.pop(key, None)) for key in ALLOCATOR_KEYS}
         chosen = {k: v for k in UCX_TRANSPORTS if (v := extra.pop(k, None)) is not None}
         transports = {UCX_TRANSPORTS[k]: parse_flag(v, k) for k, v in chosen.items()}
-        protocol = parse_protocol(config.get("protocol", protocol))
-        ucx = parse_ucx(protocol, transports)
+        asked = parse_protocol(config.get("protocol", protocol))
+        ucx = parse_ucx(asked, transports)
+        protocol = usable_protocol(asked)
         return cls(
             nthreads=parse_nthreads(config.get("nthreads", nthreads)),
             memory_limit=parse_memory_limit(config.get("memory_limit", memory_limit)),
@@ -77,8 +78,8 @@ class WorkerOptions:
             resources=MappingProxyType(parse_resources(config.get("resources", resources))),
             local_directory=parse_local_directory(config.get("local_directory", local_directory)),
             pre_import=parse_pre_import(config.get("pre_import", pre_import)),
-            protocol=usable_protocol(protocol),
-            ucx=MappingProxyType(ucx),
+            protocol=protocol,
+            ucx=MappingProxyType(ucx if protocol in ("ucx", "ucxx") else {}),  # none where it fell back to TCP
             cpu_affinity=parse_flag(config.get("cpu_affinity", cpu_affinity), "cpu_affinity"),
             allocator=MappingProxyType(allocator),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),

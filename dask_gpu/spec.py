@@ -100,6 +100,6 @@ def _nanny(options: WorkerOptions, n_workers, name, nthreads, resources, env, pl
         opts["local_directory"] = options.local_directory
     if options.protocol:
         opts["protocol"] = options.protocol
-    if options.ucx and options.protocol in ("ucx", "ucxx"):
+    if options.ucx:
         opts["config"] = {**opts.get("config", {}), "distributed-ucxx": dict(options.ucx)}
     return {"cls": Nanny, "options": opts}

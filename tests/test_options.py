@@ -255,7 +255,7 @@ def test_ucx_without_distributed_ucxx_warns_and_runs_over_tcp(value, monkeypatch
     monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: None)
     with pytest.warns(UserWarning, match="needs the distributed-ucxx package .* running over TCP instead"):
         opts = WorkerOptions.resolve(protocol=value, enable_nvlink=True)
-    assert opts.protocol == "tcp"
+    assert opts.protocol == "tcp" and dict(opts.ucx) == {}  # no UCX settings for workers that run over TCP
 
 
 def test_ucx_transports_become_distributed_ucxx_config(monkeypatch):

@@ -41,6 +41,7 @@ from dask_gpu.array.plan import (
     _cupy_module,
     _is_cupy,
     fused_reduce,
+    in_band,
     reseeded_random,
 )
 from dask_gpu.random import Philox, default_rng
@@ -167,19 +168,8 @@ def _reseeded(task: Task) -> Task:
     cls, method = _plain(task.args[0]), _plain(task.args[1])
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
         return task
-    state = _in_band(_plain(task.args[2]))
+    state = in_band(_plain(task.args[2]))
     return Task(task.key, reseeded_random, *task.args[:2], state, *task.args[3:], **task.kwargs)
-
-
-def _in_band(state):
-    """A block's seed state as bytes, which pickle inside its task's message.
-
-    As an array it would travel as a buffer of its own: for the seed's 2 TB array, 2500 of them
-    in the messages that start the work, each a separate frame to send and receive.
-    """
-    if isinstance(state, np.ndarray) and state.dtype == np.uint32 and state.ndim == 1:
-        return state.tobytes()
-    return state
 
 
 def _is_cupy_class(cls) -> bool:

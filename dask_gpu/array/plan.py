@@ -98,6 +98,18 @@ def _value(expr, leaves):
 _generators = threading.local()
 
 
+def in_band(state):
+    """A block's seed state as bytes, which pickle inside its task's message (:func:`reseeded_random`
+    reads them back).
+
+    As an array it would travel as a buffer of its own: for the seed's 2 TB array, 2500 of them
+    in the messages that start the work, each a separate frame to send and receive.
+    """
+    if isinstance(state, np.ndarray) and state.dtype == np.uint32 and state.ndim == 1:
+        return state.tobytes()
+    return state
+
+
 def reseeded_random(cls, method, state, size, args, kwargs):
     """dask.array's ``_apply_random`` for a CuPy ``RandomState``, with one generator per thread."""
     generators = _generators.__dict__.setdefault("by_class", {})

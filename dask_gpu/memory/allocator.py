@@ -20,7 +20,7 @@ from importlib.util import find_spec
 
 from dask.utils import format_bytes
 
-from dask_gpu.options import _size_or_fraction
+from dask_gpu.options import _size_or_fraction, parse_flag
 
 logger = logging.getLogger(__name__)
 
@@ -118,9 +118,7 @@ def _allocator_name(value) -> str | None:
 
 
 def _flag(value, what: str) -> bool:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    raise ValueError(f"{what} must be True or False, not {value!r}")
+    return False if value is None else parse_flag(value, what)
 
 
 def _size(value, what: str, device_memory: int, bounded: bool = True) -> int | None:
