@@ -18,7 +18,7 @@ import dask.array as da
 from distributed import Client, get_task_stream
 
 from dask_gpu import LocalCUDACluster, devices
-from dask_gpu.benchmarks.seed import WORKLOADS, gpu_counts, resolve_size
+from dask_gpu.benchmarks.seed import WORKLOADS, gpu_counts, resolve_size, warm_up
 from dask_gpu.report import machine_dict
 
 
@@ -60,7 +60,7 @@ def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]
     with cluster, Client(cluster) as client:
         rs = da.random.RandomState(RandomState=cupy.random.RandomState)
         for name in names:
-            WORKLOADS[name][1](rs, 2 * c, c, float("inf")).expr.compute()  # warm up
+            warm_up(client, WORKLOADS[name][1], rs, c)
             for _ in range(repeat):
                 problem = WORKLOADS[name][1](rs, n, c, float("inf"))
                 with get_task_stream() as stream:

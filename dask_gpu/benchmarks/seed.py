@@ -236,8 +236,7 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
     times = []
     try:
         if client is not None:
-            for worker in client.scheduler_info()["workers"]:  # imports, kernels and generators on every GPU
-                _compute(make(rs, 2 * c, c, budget).expr, client, timeout, workers=[worker])
+            warm_up(client, make, rs, c, timeout)
         for _ in range(repeat):
             problem = make(rs, n, c, budget)
             start = time.perf_counter()
@@ -252,6 +251,12 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
     if problem.fraction < 1:
         row.update(estimated=True, measured_fraction=problem.fraction, measured_seconds=seconds)
     return row
+
+
+def warm_up(client, make, rs, c, timeout=TIMEOUT) -> None:
+    """``make``'s workload, two chunks a side, once on every worker: imports, kernels and generators on every GPU."""
+    for worker in client.scheduler_info()["workers"]:
+        _compute(make(rs, 2 * c, c, math.inf).expr, client, timeout, workers=[worker])
 
 
 def _compute(expr, client, timeout, **kwargs):
