@@ -25,20 +25,24 @@ from dask_gpu.report import machine_dict
 def phases(stream: list[dict], submitted: float, finished: float) -> dict:
     busy = defaultdict(lambda: defaultdict(float))
     tasks = defaultdict(int)
-    starts, stops = [], []
+    starts, stops = defaultdict(list), defaultdict(list)
     for task in stream:
-        tasks[task["worker"]] += 1
+        worker = task["worker"]
+        tasks[worker] += 1
         for part in task["startstops"]:
-            busy[task["worker"]][part["action"]] += part["stop"] - part["start"]
-            starts.append(part["start"])
-            stops.append(part["stop"])
-    span = max(stops) - min(starts)
+            busy[worker][part["action"]] += part["stop"] - part["start"]
+            starts[worker].append(part["start"])
+            stops[worker].append(part["stop"])
+    first, last = min(map(min, starts.values())), max(map(max, stops.values()))
+    span = last - first
     return {
         "wall": finished - submitted,
-        "before_first_task": min(starts) - submitted,
-        "after_last_task": finished - max(stops),
+        "before_first_task": first - submitted,
+        "after_last_task": finished - last,
         "span": span,
-        "workers": {w: {"tasks": tasks[w], **dict(b), "idle": span - b["compute"]} for w, b in busy.items()},
+        # first and last: when the worker's first task began and its last ended, from the submission
+        "workers": {w: {"tasks": tasks[w], **dict(b), "idle": span - b["compute"], "first": min(starts[w]) - submitted,
+                        "last": max(stops[w]) - submitted} for w, b in busy.items()},
     }
 
 
@@ -72,11 +76,11 @@ def run(count, names, n, c, repeat, protocol, threads, saturation) -> list[dict]
                 row.update(phases(stream.data, submitted, finished))
                 row["graph"] = graph_phases(client, submitted)
                 rows.append(row)
-                idle = ", ".join(f"{w['idle']:.2f}" for w in row["workers"].values())
+                idle = ", ".join(f"{w['idle']:.2f} ({w['first']:.2f}-{w['last']:.2f})" for w in row["workers"].values())
                 print(f"{count} GPU(s) x {threads} thread(s) {name}: {row['wall']:.2f} s, "
                       f"first task after {row['before_first_task']:.2f} s (to the scheduler "
                       f"{row['graph']['to_scheduler']:.2f}, graph {row['graph']['total']:.2f}), "
-                      f"span {row['span']:.2f} s, idle {idle}", flush=True)
+                      f"span {row['span']:.2f} s, idle (first-last task) {idle}", flush=True)
     return rows
 
 

@@ -17,6 +17,7 @@ from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import config, devices
+from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import WorkerOptions, parse_count, parse_saturation
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
@@ -26,12 +27,17 @@ _CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"
 
 
 class GPUScheduler(Scheduler):
-    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here."""
+    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here, and
+    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`)."""
 
     def __init__(self, *args, worker_saturation=None, **kwargs):
         chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
         with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
+
+    async def update_graph(self, *args, **kwargs):
+        with collector_paused():  # unpickling and materializing make a task object per chunk, and more
+            return await super().update_graph(*args, **kwargs)
 
 
 class LocalCUDACluster(SpecCluster):

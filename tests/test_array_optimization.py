@@ -1,5 +1,6 @@
 """GPU-aware graph optimization: fused reductions, slices folded into draws, NumPy graphs left alone."""
 
+import gc
 import sys
 import types
 
@@ -31,8 +32,8 @@ def fused_tasks(graph):
             yield from [node] if node.func is fused_reduce else []
             for arg in (*node.args, *node.kwargs.values()):
                 yield from walk(arg)
-        elif isinstance(node, (list, tuple)):
-            for arg in node:
+        elif isinstance(node, (list, tuple, dict)):  # a dict: the inner graph of dask's fused task
+            for arg in node.values() if isinstance(node, dict) else node:
                 yield from walk(arg)
 
     return [t for task in graph.values() for t in walk(task)]
@@ -232,13 +233,42 @@ def test_the_seed_code_with_cupy_randomstate_is_found_and_fused(dask_fuses, monk
     with dask.config.set({"optimization.fuse.active": dask_fuses}):
         graph = optimized(y)
     tasks = fused_tasks(graph)
-    assert len(tasks) == 16 and all(t.args[0].kinds == ("value",) for t in tasks)
+    assert len(tasks) == 16 and all(t.args[0].kinds == ("seeded",) for t in tasks)  # each thread reuses its generator
     leaves = [t.args[1] for t in tasks]
-    assert all(leaf.func is plan.reseeded_random for leaf in leaves)  # each thread reuses its generator
-    assert all(isinstance(leaf.args[2], bytes) for leaf in leaves)  # seed states travel in their task's message
+    assert all(isinstance(leaf, tuple) and leaf[0] is FakeCupyRandomState for leaf in leaves)  # data, not tasks
+    assert all(isinstance(leaf[2], bytes) for leaf in leaves)  # seed states travel in their task's message
     top = [t for t in graph.values() if isinstance(t, Task)]
     assert len(distributed.protocol.dumps([ToPickle(t) for t in top])) <= 2 * len(top) + 2  # no frame per state
     with dask.config.set({"optimization.fuse.active": dask_fuses}):
         fast = y.compute()  # NumPy under the fake class: every fused task takes the original operations
         with dask.config.set({"gpu.array-optimize": False}):
             assert fast == pytest.approx(y.compute(), rel=1e-12)
+
+
+@pytest.mark.parametrize("side, plans", [(400, 1), (450, 4)], ids=["even-chunks", "edge-chunks"])
+def test_equal_chunk_steps_share_one_plan(side, plans, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    rs = da.random.RandomState(RandomState=FakeCupyRandomState)
+    y = (rs.normal(10, 1, size=(side, side), chunks=(100, 100)) + 1)[::2, ::2].sum()
+    tasks = fused_tasks(optimized(y))
+    assert len(tasks) == (-(-side // 100)) ** 2
+    assert len({id(t.args[0]) for t in tasks}) == plans  # a task of many chunk steps pickles each plan once
+
+
+def test_the_pass_runs_with_the_cycle_collector_paused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    seen, rewrite = [], optimization.rewrite
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        return rewrite(*args)
+
+    monkeypatch.setattr(optimization, "rewrite", watched)
+    rs = da.random.RandomState(RandomState=FakeCupyRandomState)
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        assert fused_tasks(optimized((rs.normal(size=(40, 40), chunks=10) + 1).sum()))
+        assert seen == [False] and gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -1,9 +1,11 @@
+import gc
 import math
 import time
 
 import dask
 import pytest
 from distributed import Client, get_worker
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from dask_gpu import LocalCUDACluster, NoGPUError, discover
 from dask_gpu.report import worker_dict
@@ -95,6 +97,28 @@ def test_root_tasks_are_sent_ahead_to_gpu_workers(simulate, setting, expected):
         assert (queued == 0) if expected == math.inf else (queued >= 15)
         client.gather(futures)
     assert dask.config.get("distributed.scheduler.worker-saturation") == 1.1  # only that scheduler's
+
+
+class CollectorSeen(SchedulerPlugin):
+    """Whether Python's cycle collector ran while the scheduler took each graph in."""
+
+    def __init__(self):
+        self.seen = []
+
+    def update_graph(self, scheduler, **kwargs):
+        self.seen.append(gc.isenabled())
+
+
+def test_the_scheduler_takes_graphs_in_with_the_collector_paused(simulate):
+    simulate(1)
+    assert gc.isenabled()
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        plugin = CollectorSeen()
+        cluster.scheduler.add_plugin(plugin)
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert client.submit(sum, [3, 4]).result() == 7
+        assert plugin.seen == [False, False]
+        assert gc.isenabled()
 
 
 def test_pre_import_failure_is_clear(simulate):

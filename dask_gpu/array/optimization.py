@@ -44,6 +44,7 @@ from dask_gpu.array.plan import (
     in_band,
     reseeded_random,
 )
+from dask_gpu.memory.collector import collector_paused
 from dask_gpu.random import Philox, default_rng
 
 # Python's operators as dask's elementwise tasks call them; a Sym answers each as NumPy's ufunc.
@@ -125,7 +126,8 @@ class _Extract:
         if any(dep in graph or dep in bound for dep in task.dependencies for graph, bound in frames):
             raise _Abort  # it reads this task's own inner values: it cannot be lifted out as a leaf
         self.gpu |= _mentions_cupy(task)
-        return self.leaf(_reseeded(task))
+        seeded = _seeded(task)
+        return self.leaf(task) if seeded is None else self.leaf(seeded, "seeded")
 
 
 def _getitem(task: Task):
@@ -157,19 +159,24 @@ def as_draw(task: Task):
 RESEEDABLE = frozenset({"normal", "standard_normal", "random_sample", "uniform", "lognormal"})
 
 
-def _reseeded(task: Task) -> Task:
-    """dask.array's block of a CuPy ``RandomState``, drawn by a generator reused in the thread.
+def _seeded(task: Task):
+    """dask.array's block of a CuPy ``RandomState`` as plain data, which the fused task draws from
+    (:func:`~dask_gpu.array.plan.reseeded_random`) with a generator reused in its thread; else None.
 
     Making a cuRAND generator allocates and frees device memory, which waits for the GPU;
-    seeding one again does not, and draws the same values.
+    seeding one again does not, and draws the same values. As data rather than a task of its
+    own, the block costs the scheduler and the worker a tuple to pickle, not a task.
     """
-    if task.func is not _apply_random or len(task.args) != 6:
-        return task
-    cls, method = _plain(task.args[0]), _plain(task.args[1])
+    if task.func is not _apply_random or len(task.args) != 6 or task.kwargs:
+        return None
+    cls, method, state, size, args, kwargs = map(_plain, task.args)
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
-        return task
-    state = in_band(_plain(task.args[2]))
-    return Task(task.key, reseeded_random, *task.args[:2], state, *task.args[3:], **task.kwargs)
+        return None
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(
+        isinstance(a, (Task, TaskRef, DataNode)) for a in (size, *args, *kwargs.values())
+    ):
+        return None  # a parameter computed by another task
+    return cls, method, in_band(state), size, tuple(args), kwargs
 
 
 def _is_cupy_class(cls) -> bool:
@@ -222,6 +229,14 @@ class _Graph:
         self.dsk, self.keys = dsk, set(keys)
         self.is_gpu = functools.partial(_is_gpu, dsk, {})
         self._readers: dict | None = None
+        self._plans: dict = {}
+
+    def plan(self, plan: Plan) -> Plan:
+        """One object for equal plans: a task holding many chunk steps pickles its plan once."""
+        try:
+            return self._plans.setdefault(plan, plan)
+        except TypeError:  # an unhashable argument of dask's chunk function
+            return plan
 
     def readers(self, key) -> list:
         if self._readers is None:
@@ -315,7 +330,7 @@ def _rewrite(key, task, graph: _Graph):
     if not extract.gpu or not _worth_it(expr):
         return fallback
     kind, func, kwargs = reduction
-    plan = Plan(expr, kind, func, tuple(sorted(kwargs.items())), tuple(extract.kinds))
+    plan = graph.plan(Plan(expr, kind, func, tuple(sorted(kwargs.items())), tuple(extract.kinds)))
     return Task(key, fused_reduce, plan, *extract.leaves), extract.inlined
 
 
@@ -441,10 +456,11 @@ def optimize(dsk, keys, **kwargs):
 
     if not parse_flag(dask.config.get("gpu.array-optimize", True), "gpu.array-optimize") or not _worth_a_look(dsk):
         return dask_optimize(dsk, keys, **kwargs)  # nothing from CuPy and no draw: dask's graph as it is
-    with dask.config.set({"optimization.fuse.active": False}):
-        layers = dask_optimize(dsk, keys, **kwargs)  # blockwise fusion and culling, still layers
-    out = rewrite(ensure_dict(layers), flatten(keys) if isinstance(keys, list) else [keys])
-    return dask_optimize(out, keys, **kwargs)  # dask's linear fusion, of the tasks the rewrite left
+    with collector_paused():
+        with dask.config.set({"optimization.fuse.active": False}):
+            layers = dask_optimize(dsk, keys, **kwargs)  # blockwise fusion and culling, still layers
+        out = rewrite(ensure_dict(layers), flatten(keys) if isinstance(keys, list) else [keys])
+        return dask_optimize(out, keys, **kwargs)  # dask's linear fusion, of the tasks the rewrite left
 
 
 def _worth_a_look(dsk) -> bool:

@@ -40,6 +40,9 @@ class Index:
     index: tuple
     child: object
 
+    def __hash__(self):  # a slice has a hash only from Python 3.12
+        return hash((tuple((i.start, i.stop, i.step) if isinstance(i, slice) else i for i in self.index), self.child))
+
 
 @dataclasses.dataclass(frozen=True)
 class AsType:
@@ -57,11 +60,12 @@ class Plan:
     reduction: str  # "sum", "max", "min" or "mean"
     func: object  # dask's chunk function, for the fallback
     kwargs: tuple
-    kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair) or "value"
+    kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair), "seeded" (reseeded_random's arguments) or "value"
 
 
 def fused_reduce(plan: Plan, *leaves):
     """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
+    leaves = tuple(reseeded_random(*leaf) if kind == "seeded" else leaf for kind, leaf in zip(plan.kinds, leaves))
     on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
               for kind, leaf in zip(plan.kinds, leaves))
     if all(on_gpu):

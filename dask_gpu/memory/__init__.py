@@ -1,1 +1,1 @@
-"""Device memory: device-object dispatch, allocators, and the device -> host -> disk store."""
+"""Memory: device-object dispatch, allocators, the device -> host -> disk store, and the host's cycle collector."""
