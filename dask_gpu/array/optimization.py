@@ -42,7 +42,6 @@ from dask_gpu.array.plan import (
     _is_cupy,
     fused_reduce,
     in_band,
-    reseeded_random,
 )
 from dask_gpu.memory.collector import collector_paused
 from dask_gpu.random import Philox, default_rng
