@@ -18,7 +18,7 @@ from distributed.utils import NoOpAwaitable
 
 from dask_gpu import config, devices
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.options import WorkerOptions, parse_count, parse_interval, parse_saturation
+from dask_gpu.options import WorkerOptions, parse_count, parse_saturation
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
@@ -27,17 +27,12 @@ _CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"
 
 
 class GPUScheduler(Scheduler):
-    """distributed's Scheduler, with its root-task queue (``worker-saturation``) and the interval of its
-    work stealing chosen here, and Python's cycle collector paused while it takes a graph in
-    (:mod:`dask_gpu.memory.collector`)."""
+    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here, and
+    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`)."""
 
-    def __init__(self, *args, worker_saturation=None, work_stealing_interval=None, **kwargs):
-        chosen = {
-            "distributed.scheduler.worker-saturation": worker_saturation,
-            "distributed.scheduler.work-stealing-interval": None if work_stealing_interval is None
-            else f"{work_stealing_interval * 1000}ms",
-        }
-        with dask.config.set({k: v for k, v in chosen.items() if v is not None}):  # read once, while it is made
+    def __init__(self, *args, worker_saturation=None, **kwargs):
+        chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
+        with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
 
     async def update_graph(self, *args, **kwargs):
@@ -83,9 +78,7 @@ class LocalCUDACluster(SpecCluster):
         Root tasks the scheduler sends ahead to each worker, per thread (default
         ``gpu.worker-saturation``, inf: all of them). A GPU task returns once its
         kernels are queued, so a worker that waits for the scheduler between tasks
-        leaves its GPU idle; distributed's own 1.1 suits CPU work. How often queued
-        tasks move from busy workers to idle ones is ``gpu.work-stealing-interval``
-        (100ms; distributed's own is 1s).
+        leaves its GPU idle; distributed's own 1.1 suits CPU work.
     **kwargs:
         SpecCluster's keywords (``name``, ``shutdown_on_close``, ...) go to the
         cluster; any other keyword goes to every worker (e.g. ``death_timeout``).
@@ -172,7 +165,6 @@ class LocalCUDACluster(SpecCluster):
             "cls": GPUScheduler,
             "options": {
                 "worker_saturation": parse_saturation(config.get("worker_saturation", worker_saturation)),
-                "work_stealing_interval": parse_interval(config.get("work_stealing_interval"), "work-stealing-interval"),
                 "host": host,
                 "port": scheduler_port,
                 "interface": interface,

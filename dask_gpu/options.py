@@ -6,7 +6,6 @@ the spec builder, the cluster and the CLI only read the result.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import importlib.util
 import math
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import dask
-from dask.utils import byte_sizes, parse_timedelta
+from dask.utils import byte_sizes
 
 from dask_gpu import config
 
@@ -118,19 +117,6 @@ def parse_saturation(value) -> float | None:
     if isinstance(value, bool) or not number > 0:
         raise ValueError(f"worker_saturation must be a number > 0 or 'inf', not {value!r}")
     return number
-
-
-def parse_interval(value, what: str) -> float | None:
-    """A duration > 0 in seconds, from "100ms", "1s" or a number of seconds; None stays None."""
-    if value is None:
-        return None
-    seconds = math.nan
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        with contextlib.suppress(Exception):  # dask's parser raises IndexError, KeyError, ... on odd text
-            seconds = float(parse_timedelta(value))
-    if not 0 < seconds < math.inf:
-        raise ValueError(f"{what} must be a duration > 0 such as '100ms' or 0.1 (seconds), not {value!r}")
-    return seconds
 
 
 def parse_memory_limit(value) -> int | float | str:

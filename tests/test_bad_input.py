@@ -132,17 +132,6 @@ def test_parse_saturation(value):
         assert not isinstance(value, bool)
 
 
-@FAST
-@given(anything | number_text | st.sampled_from(["100ms", "1s", "2 minutes", "0s", "-1s", "1e999s"]))
-def test_parse_interval(value):
-    result = outcome(lambda v: options.parse_interval(v, "interval"), value)
-    if value is None:
-        assert result is None
-    elif result is not None:
-        assert type(result) is float and 0 < result < math.inf
-        assert not isinstance(value, bool)
-
-
 # -- sizes and fractions -------------------------------------------------------------------
 
 
@@ -628,7 +617,6 @@ def test_config_bad_values_refused(key, data):
         "cpu-affinity": st.sampled_from(["yes", "no", 1, None]),
         "cpu-workers": st.integers(max_value=-1) | st.just("x") | st.just(10**9),
         "worker-saturation": st.sampled_from([0, -1, "x", math.nan, True]),
-        "work-stealing-interval": st.sampled_from([0, -1, "x", "5 parsecs", "1e999s", math.nan, True, [1]]),
         "allocator": st.sampled_from(["cuda", 5]),
         "rmm-pool-size": st.sampled_from(["x", -1, "GB"]),
         "rmm-maximum-pool-size": st.sampled_from(["x", -1]),

@@ -121,17 +121,6 @@ def test_the_scheduler_takes_graphs_in_with_the_collector_paused(simulate):
         assert gc.isenabled()
 
 
-@pytest.mark.parametrize(
-    "setting, seconds",
-    [({}, 0.1), ({"gpu.work-stealing-interval": "250ms"}, 0.25), ({"gpu.work-stealing-interval": None}, 1)],
-)
-def test_work_stealing_interval(simulate, setting, seconds):
-    simulate(1)
-    with dask.config.set(setting), LocalCUDACluster(dashboard_address=False) as cluster:
-        assert cluster.scheduler.extensions["stealing"]._callback_time == pytest.approx(seconds)
-    assert dask.config.get("distributed.scheduler.work-stealing-interval") == "1s"  # only that scheduler's
-
-
 def test_pre_import_failure_is_clear(simulate):
     simulate(1)
     with pytest.raises(ValueError, match="'no_such_module_xyz' is not installed"):
