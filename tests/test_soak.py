@@ -87,4 +87,5 @@ def test_soak_on_simulated_devices(simulate):
 @pytest.mark.gpu
 def test_soak_on_gpus():
     with LocalCUDACluster(device_memory_limit="2GB", dashboard_address=False) as cluster, Client(cluster) as client:
-        soak(client, cupy_make, cupy_total, small=5000, large=60, nbytes=10**8)
+        large = 30 * max(2, len(cluster.workers))  # 3 GB or more of 100 MB arrays per worker: past its 2 GB
+        soak(client, cupy_make, cupy_total, small=5000, large=large, nbytes=10**8)
