@@ -21,7 +21,7 @@ import sys
 import types
 
 import numpy as np
-from dask._task_spec import Alias, DataNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
+from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
 from dask.array.chunk import astype as _astype
 from dask.array.chunk import getitem
 from dask.array.random import _apply_random, _apply_random_func
@@ -172,7 +172,7 @@ def _seeded(task: Task):
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
         return None
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(
-        isinstance(a, (Task, TaskRef, DataNode)) for a in (size, *args, *kwargs.values())
+        isinstance(a, (GraphNode, TaskRef)) for a in (size, *args, *kwargs.values())
     ):
         return None  # a parameter computed by another task
     return cls, method, in_band(state), size, tuple(args), kwargs
