@@ -272,3 +272,15 @@ def test_the_pass_runs_with_the_cycle_collector_paused(monkeypatch):
         assert seen == [False] and gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_randomstate_block_with_a_computed_parameter_stays_a_task(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    rs = da.random.RandomState(RandomState=FakeCupyRandomState, seed=3)
+    loc = da.arange(400, chunks=100).astype(float)  # each block's parameter is another task's result
+    y = (rs.normal(loc, 1, size=(400, 400), chunks=(100, 100)) + 1)[::2, ::2].sum()
+    tasks = fused_tasks(optimized(y))
+    assert tasks and all("seeded" not in t.args[0].kinds for t in tasks)
+    fast = y.compute()
+    with dask.config.set({"gpu.array-optimize": False}):
+        assert fast == pytest.approx(y.compute(), rel=1e-12)
