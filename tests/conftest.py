@@ -58,7 +58,8 @@ def scheduler(tmp_path):
     """A real ``dask scheduler`` on free ports; yields its scheduler file."""
     path = str(tmp_path / "scheduler.json")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1", "--scheduler-file", path],
+        [sys.executable, "-m", "dask", "scheduler", "--port", "0", "--dashboard-address", ":0", "--host", "127.0.0.1",
+         "--scheduler-file", path],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

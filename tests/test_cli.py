@@ -87,8 +87,8 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     env = {**os.environ, "DASK_GPU__SIMULATE": "2"}
     log = open(tmp_path / "worker.log", "w")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler, "--name", "node", "--resources", "MEM=2",
-         "--nthreads", "2", "--memory-limit", "1GB", "--no-dashboard", "--pid-file", pid_file],
+        [sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler, "--name", "node",
+         "--resources", "MEM=2", "--nthreads", "2", "--memory-limit", "1GB", "--no-dashboard", "--pid-file", pid_file],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
@@ -130,7 +130,8 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
 
 def test_config_cannot_reach_scheduler():
     result = subprocess.run(
-        [sys.executable, "-m", "dask", "gpu", "config", "tcp://127.0.0.1:1", "--timeout", "1s"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "dask", "gpu", "config", "tcp://127.0.0.1:1", "--timeout", "1s"],
+        capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 1
     assert "could not reach the scheduler" in result.stderr

@@ -98,7 +98,8 @@ def test_device_memory_bytes_auto_fraction():
 
 @pytest.mark.parametrize("limit, total", [(1001, 1000), (32_000_000_000, 16 * 2**30)])
 def test_device_memory_bytes_larger_than_device(limit, total):
-    with pytest.raises(ValueError, match=rf"device_memory_limit={limit} bytes is larger than the device \({total} bytes\)"):
+    too_large = rf"device_memory_limit={limit} bytes is larger than the device \({total} bytes\)"
+    with pytest.raises(ValueError, match=too_large):
         options.device_memory_bytes(limit, total)
 
 

@@ -50,7 +50,9 @@ def gpu_plugin(worker_spec) -> GPUWorker:
 # -- GPU workers ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("position, visible, name", [(0, "0,1,2", "gpu-0"), (1, "1,2,0", "gpu-1"), (2, "2,0,1", "gpu-2")])
+@pytest.mark.parametrize(
+    "position, visible, name", [(0, "0,1,2", "gpu-0"), (1, "1,2,0", "gpu-1"), (2, "2,0,1", "gpu-2")]
+)
 def test_gpu_worker_spec_each_position(selected, position, visible, name):
     s = build(selected, position)
     assert s["cls"] is distributed.Nanny
@@ -267,7 +269,8 @@ def test_a_host_memory_fraction_below_one_byte_is_refused_not_no_limit():
 
 
 def plugin(**kwargs) -> GPUWorker:
-    device = {"label": "gpu-0", "index": 0, "mig_index": None, "name": "Simulated GPU", "uuid": "GPU-a", "memory_total": 1}
+    device = {"label": "gpu-0", "index": 0, "mig_index": None, "name": "Simulated GPU", "uuid": "GPU-a",
+              "memory_total": 1}
     return GPUWorker(device=device, device_memory_limit=kwargs.pop("device_memory_limit", 123), **kwargs)
 
 
