@@ -1,3 +1,4 @@
+import gc
 import os
 import subprocess
 import sys
@@ -76,3 +77,12 @@ def array_optimization():
     from dask_gpu.array import install
 
     install()
+
+
+@pytest.fixture
+def collector_on():
+    """Python's cycle collector on for the test, as it was afterwards."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()

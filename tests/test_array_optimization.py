@@ -255,7 +255,7 @@ def test_equal_chunk_steps_share_one_plan(side, plans, monkeypatch):
     assert len({id(t.args[0]) for t in tasks}) == plans  # a task of many chunk steps pickles each plan once
 
 
-def test_the_pass_runs_with_the_cycle_collector_paused(monkeypatch):
+def test_the_pass_runs_with_the_cycle_collector_paused(monkeypatch, collector_on):
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
     seen, rewrite = [], optimization.rewrite
 
@@ -265,13 +265,8 @@ def test_the_pass_runs_with_the_cycle_collector_paused(monkeypatch):
 
     monkeypatch.setattr(optimization, "rewrite", watched)
     rs = da.random.RandomState(RandomState=FakeCupyRandomState)
-    was = gc.isenabled()
-    gc.enable()
-    try:
-        assert fused_tasks(optimized((rs.normal(size=(40, 40), chunks=10) + 1).sum()))
-        assert seen == [False] and gc.isenabled()
-    finally:
-        (gc.enable if was else gc.disable)()
+    assert fused_tasks(optimized((rs.normal(size=(40, 40), chunks=10) + 1).sum()))
+    assert seen == [False] and gc.isenabled()
 
 
 def test_a_randomstate_block_with_a_computed_parameter_stays_a_task(monkeypatch):

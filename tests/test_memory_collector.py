@@ -6,14 +6,6 @@ import pytest
 from dask_gpu.memory.collector import collector_paused
 
 
-@pytest.fixture
-def collector_on():
-    was = gc.isenabled()
-    gc.enable()
-    yield
-    (gc.enable if was else gc.disable)()
-
-
 def test_pauses_nest_and_the_collector_runs_again_after_the_last(collector_on):
     with collector_paused():
         assert not gc.isenabled()
