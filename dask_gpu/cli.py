@@ -66,6 +66,9 @@ def gpu():
 @click.option("--rmm-release-threshold", help="Bytes the async pool keeps before releasing memory (async only).")
 @click.option("--rmm-log-directory", help="Directory for RMM allocation logs, one file per worker.")
 @click.option("--rmm-track-allocations/--no-rmm-track-allocations", default=None, help="Track RMM allocations.")
+@click.option("--enable-cudf-spill/--disable-cudf-spill", default=None,
+              help="cuDF's own spilling of its frames to host memory [config gpu.cudf-spill: off].")
+@click.option("--cudf-spill-stats", type=int, help="cuDF's spill statistics level (with --enable-cudf-spill).")
 @click.option("--enable-tcp-over-ucx/--disable-tcp-over-ucx", default=None, help="UCX over TCP (--protocol ucx).")
 @click.option("--enable-nvlink/--disable-nvlink", default=None, help="UCX over NVLink (--protocol ucx).")
 @click.option("--enable-infiniband/--disable-infiniband", default=None, help="UCX over InfiniBand (--protocol ucx).")
@@ -146,10 +149,18 @@ def config(scheduler, scheduler_file, timeout, as_json):
 
 
 @gpu.command(name="bench")
-@click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True)
-@click.option("--shape", type=int, help="Side of the square array (overrides --size).")
-@click.option("--chunks", type=int, help="Side of a square chunk (overrides --size).")
-@click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose [default: all].")
+@click.option("--suite", type=click.Choice(["array", "dataframe"]), default="array", show_default=True,
+              help="The seeds' array workloads, or dataframe workloads on parquet data that the suite writes.")
+@click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True,
+              help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files).")
+@click.option("--shape", type=int, help="Side of the square array (overrides --size; array suite).")
+@click.option("--chunks", type=int, help="Side of a square chunk (overrides --size; array suite).")
+@click.option("--rows", type=int, help="Rows of the dataframe suite's table (overrides --size).")
+@click.option("--data", "data_dir", type=click.Path(),
+              help="Directory of the dataframe suite's data, reused while its manifest matches [default: under the "
+                   "temporary directory].")
+@click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array) or read, groupby-low, "
+                                  "groupby-high, merge, sort, shuffle, q1, q3 (dataframe) [default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
 @click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all].")
 @click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
@@ -159,27 +170,43 @@ def config(scheduler, scheduler_file, timeout, as_json):
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
               help="Seconds a GPU run may take; past it, that workload is cancelled and reported as failed.")
 @click.option("--cpu-budget", type=click.FloatRange(min=0, min_open=True),
-              help="Values a CPU column computes in full [2.5e9]; past it, it measures a fraction and estimates.")
+              help="Values a CPU column computes in full [2.5e9]; past it, it measures a fraction and estimates "
+                   "(array suite).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
-def bench(size, shape, chunks, workloads, compare, gpus, protocol, repeat, timeout, cpu_budget, json_path, plot_path):
-    """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table."""
-    from dask_gpu.benchmarks import seed
+def bench(suite, size, shape, chunks, rows, data_dir, workloads, compare, gpus, protocol, repeat, timeout, cpu_budget,
+          json_path, plot_path):
+    """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table. With
+    --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process."""
+    from dask_gpu.benchmarks import dataframe, seed
 
-    names = [w.strip() for w in workloads.split(",")] if workloads else list(seed.WORKLOADS)
+    module = dataframe if suite == "dataframe" else seed
+    others = {"--shape": (shape, "array"), "--chunks": (chunks, "array"), "--cpu-budget": (cpu_budget, "array"),
+              "--rows": (rows, "dataframe"), "--data": (data_dir, "dataframe")}
+    wrong = [option for option, (value, owner) in others.items() if value is not None and owner != suite]
+    if wrong:
+        other = "array" if suite == "dataframe" else "dataframe"
+        raise click.UsageError(f"{', '.join(wrong)}: options of --suite {other}, not of --suite {suite}")
+    names = [w.strip() for w in workloads.split(",")] if workloads else list(module.WORKLOADS)
     if plot_path and find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
+    checkpoint = functools.partial(_write_json, json_path) if json_path else None
     try:
-        steps = len(seed.architectures(compare, gpus)) * len(names)
+        if suite == "dataframe":
+            plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
+            dataframe.generate(plan.data, log=functools.partial(click.echo, err=True))  # lines, before the bar
+            steps, run = plan.steps, functools.partial(dataframe.run, plan)
+        else:
+            steps = len(seed.architectures(compare, gpus)) * len(names)
+            run = functools.partial(seed.run, size, shape, chunks, names, compare, protocol=protocol, repeat=repeat,
+                                    timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
         with click.progressbar(length=steps, label="running", item_show_func=lambda item: item, file=sys.stderr) as bar:
-            progress = functools.partial(bar.update, 1)
-            results = seed.run(size, shape, chunks, names, compare, progress, protocol, repeat, timeout, cpu_budget,
-                               gpus, functools.partial(_write_json, json_path) if json_path else None)
+            results = run(progress=functools.partial(bar.update, 1), checkpoint=checkpoint)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    click.echo(seed.table(results))
+    click.echo(module.table(results))
     if plot_path:
-        seed.plot(results, plot_path)
+        module.plot(results, plot_path)
 
 
 def _write_json(path, results):

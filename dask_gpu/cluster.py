@@ -17,8 +17,11 @@ from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import config, devices
+from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
+from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import WorkerOptions, parse_count, parse_saturation
+from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
@@ -27,13 +30,16 @@ _CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"
 
 
 class GPUScheduler(Scheduler):
-    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here, and
-    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`)."""
+    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here,
+    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`),
+    and dataframe shuffles of cuDF partitions run on the device (:mod:`dask_gpu.dataframe.scheduler`)."""
 
     def __init__(self, *args, worker_saturation=None, **kwargs):
         chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
         with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
+        self.add_plugin(DeviceShuffles())
+        quiet_shuffle_logs()
 
     async def update_graph(self, *args, **kwargs):
         with collector_paused():  # unpickling and materializing make a task object per chunk, and more
@@ -72,6 +78,9 @@ class LocalCUDACluster(SpecCluster):
     rmm_release_threshold, rmm_log_directory, rmm_track_allocations:
         Device memory allocator of each worker (CuPy's pool by default; see
         ``dask_gpu.memory.allocator``), checked before anything starts.
+    enable_cudf_spill, cudf_spill_stats: optional
+        cuDF's own spilling of its frames (and its statistics level), in each worker and in
+        this process; the workers' memory tiers then leave cuDF frames to cuDF.
     security: Security or True, optional
         TLS settings; True makes temporary self-signed credentials.
     worker_saturation: float or "inf", optional
@@ -113,9 +122,12 @@ class LocalCUDACluster(SpecCluster):
         rmm_log_directory=None,
         rmm_track_allocations=None,
         worker_saturation=None,
+        enable_cudf_spill=None,
+        cudf_spill_stats=None,
         **kwargs,
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
+        shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers)
         n_cpu = parse_count(config.get("cpu_workers", cpu_workers), "cpu_workers")
@@ -152,8 +164,12 @@ class LocalCUDACluster(SpecCluster):
             rmm_release_threshold=rmm_release_threshold,
             rmm_log_directory=rmm_log_directory,
             rmm_track_allocations=rmm_track_allocations,
+            enable_cudf_spill=enable_cudf_spill,
+            cudf_spill_stats=cudf_spill_stats,
             **kwargs,
         )
+        if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
+            spill_cudf(True, self.options.cudf_spill_stats)
         if self.options.ucx:
             dask.config.set({"distributed-ucxx": dict(self.options.ucx)})  # the scheduler and clients here too
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers

@@ -8,6 +8,7 @@ import re
 import signal
 
 from dask_gpu import devices
+from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import WorkerOptions
 from dask_gpu.spec import gpu_worker_spec
 
@@ -68,6 +69,8 @@ async def run_nannies(scheduler, scheduler_file, specs, ports, extra) -> int:
 
     async def serve():
         await asyncio.gather(*nannies)
+        if nannies:  # a scheduler started by ``dask scheduler`` has no device shuffle of its own
+            await register_device_shuffles(nannies[0].scheduler)
         await asyncio.gather(*(n.finished() for n in nannies))
 
     serving = asyncio.ensure_future(serve())

@@ -47,6 +47,9 @@ class WorkerOptions:
     cpu_affinity: bool = True
     # Allocator keywords (ALLOCATOR_KEYS), checked per device by memory.allocator.resolve_allocator.
     allocator: Mapping[str, object] = field(default_factory=dict)
+    # cuDF's own spilling (dask-cuda's enable_cudf_spill, cudf_spill_stats): cuDF then moves its frames itself.
+    cudf_spill: bool = False
+    cudf_spill_stats: int = 0
     # Passed unchanged to each Nanny/Worker (security, preload, death_timeout, ports, ...).
     extra: Mapping[str, object] = field(default_factory=dict)
 
@@ -61,6 +64,8 @@ class WorkerOptions:
         pre_import=None,
         protocol=None,
         cpu_affinity=None,
+        enable_cudf_spill=None,
+        cudf_spill_stats=None,
         **extra,
     ) -> WorkerOptions:
         """Build options from keywords, falling back to ``gpu.*`` config for each left as None."""
@@ -82,6 +87,8 @@ class WorkerOptions:
             ucx=MappingProxyType(ucx if protocol in ("ucx", "ucxx") else {}),  # none where it fell back to TCP
             cpu_affinity=parse_flag(config.get("cpu_affinity", cpu_affinity), "cpu_affinity"),
             allocator=MappingProxyType(allocator),
+            cudf_spill=parse_flag(config.get("cudf_spill", enable_cudf_spill), "enable_cudf_spill"),
+            cudf_spill_stats=parse_count(config.get("cudf_spill_stats", cudf_spill_stats), "cudf_spill_stats"),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),
         )
 

@@ -24,12 +24,14 @@ class GPUWorker(WorkerPlugin):
 
     name = "dask-gpu"
 
-    def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=(), allocator=None):
+    def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=(), allocator=None,
+                 cudf_spill=(False, 0)):
         self.device = dict(device)
         self.device_memory_limit = device_memory_limit
         self.cpu_affinity = tuple(cpu_affinity)
         self.pre_import = tuple(pre_import)
         self.allocator = allocator
+        self.cudf_spill = tuple(cudf_spill)  # (on, statistics level)
 
     def setup(self, worker):
         from dask_gpu.memory import stats
@@ -38,6 +40,8 @@ class GPUWorker(WorkerPlugin):
             pin_threads(self.cpu_affinity)
         if self.allocator is not None and not self.device.get("simulated"):
             self._prepare_allocator(worker)
+        if self.cudf_spill[0]:
+            spill_cudf(*self.cudf_spill)
         for module in self.pre_import:
             try:
                 importlib.import_module(module)
@@ -48,15 +52,17 @@ class GPUWorker(WorkerPlugin):
     def _prepare_allocator(self, worker):
         """The allocator, with spilling on allocation failure, before the first allocation.
 
-        CuPy's default pool is prepared when CuPy is first imported, so that a worker that
-        never uses CuPy never pays for importing it; any other allocator is set up now.
+        CuPy's default pool is prepared when CuPy is first imported, and RMM (cuDF's allocator)
+        when RMM is, so that a worker that never uses them never pays for importing them; an
+        RMM allocator, which serves both, is set up now.
         """
-        from dask_gpu.memory.allocator import setup_allocator
+        from dask_gpu.memory.allocator import setup_allocator, setup_rmm_for_libraries
 
         spill = getattr(worker.data, "spill", lambda nbytes: 0)
         describe = getattr(worker.data, "describe", lambda: "no device tier (device_memory_limit=0)")
         if self.allocator.lazy:
             when_imported("cupy", lambda _: setup_allocator(self.allocator, spill, describe))
+            when_imported("rmm", lambda _: setup_rmm_for_libraries(self.allocator, spill))
         else:
             setup_allocator(self.allocator, spill, describe)
 
@@ -67,7 +73,30 @@ class GPUWorker(WorkerPlugin):
             "cpu_affinity": self.cpu_affinity,
             "pre_import": self.pre_import,
             "allocator": self.allocator.describe() if self.allocator is not None else None,
+            "cudf_spill": self.cudf_spill[0],
         }
+
+
+def spill_cudf(on: bool, statistics: int = 0) -> None:
+    """cuDF's own spilling, set once cuDF is imported, without importing it.
+
+    cuDF reads its options when it makes its first buffer; where that happened already (a client
+    that used cuDF before it made the cluster), its spill manager is started here.
+    """
+
+    def configure(cudf):
+        cudf.set_option("spill", on)
+        cudf.set_option("spill_stats", statistics)
+        if on:
+            from cudf.core.buffer import spill_manager
+
+            if spill_manager.get_global_manager() is None:
+                spill_manager.set_global_manager(spill_manager.SpillManager(
+                    device_memory_limit=cudf.get_option("spill_device_limit"), statistic_level=statistics))
+                if cudf.get_option("spill_on_demand"):
+                    spill_manager.set_spill_on_demand_globally()
+
+    when_imported("cudf", configure)
 
 
 def pin_threads(cores) -> bool:

@@ -71,6 +71,7 @@ def worker_dict(dask_worker) -> dict:
         "device": gpu.get("device"),
         "device_memory_limit": gpu.get("device_memory_limit"),
         "pre_import": list(gpu.get("pre_import", ())),
+        "cudf_spill": gpu.get("cudf_spill", False),
     }
 
 

@@ -44,6 +44,7 @@ def gpu_worker_spec(
         cpu_affinity=usable_cores(device.cpu_affinity) if options.cpu_affinity else (),
         pre_import=options.pre_import,
         allocator=resolve_allocator(**options.allocator, device_memory=device.memory_total),
+        cudf_spill=(options.cudf_spill, options.cudf_spill_stats),
     )
     name = f"{name_prefix}-{device.label}" if name_prefix else device.label
     spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)

@@ -22,6 +22,11 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU, its driver and CuPy")
         for item in gpu_items:
             item.add_marker(skip)
+    if find_spec("cudf") is None or find_spec("dask_cudf") is None:
+        skip = pytest.mark.skip(reason="needs cuDF and dask-cudf")
+        for item in items:
+            if "cudf" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

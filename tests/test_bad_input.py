@@ -625,6 +625,10 @@ def test_config_bad_values_refused(key, data):
         "rmm-release-threshold": st.sampled_from(["x", 5]),
         "rmm-log-directory": st.sampled_from(["/nonexistent/dir", 5]),
         "rmm-track-allocations": st.sampled_from(["yes", 1]),
+        "cudf-spill": st.sampled_from(["yes", 1]),
+        "cudf-spill-stats": st.sampled_from([-1, "x", True, 1.5]),
+        "shuffle": st.sampled_from(["gpus", 5, "", "tasks"]),
+        "partition-size": st.sampled_from([0, -1, "x", 1.5, "GB", None]),
     }
     value = data.draw(bad[key])
     with dask.config.set({"gpu.simulate": 2, f"gpu.{key}": value}):

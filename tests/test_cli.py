@@ -88,7 +88,8 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     log = open(tmp_path / "worker.log", "w")
     worker = subprocess.Popen(
         [sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler, "--name", "node",
-         "--resources", "MEM=2", "--nthreads", "2", "--memory-limit", "1GB", "--no-dashboard", "--pid-file", pid_file],
+         "--resources", "MEM=2", "--nthreads", "2", "--memory-limit", "1GB", "--no-dashboard", "--pid-file", pid_file,
+         "--enable-cudf-spill", "--cudf-spill-stats", "1"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
@@ -108,6 +109,9 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
             rows = json.loads(config.stdout)
             assert [r["name"] for r in rows] == ["node-gpu-0", "node-gpu-1"]
             assert all(r["memory_limit"] == 10**9 and r["device"]["name"] == "Simulated GPU" for r in rows)
+            assert all(r["cudf_spill"] for r in rows)
+            # the scheduler, started by dask itself, was given the device shuffle
+            assert client.run_on_scheduler(lambda dask_scheduler: "dask-gpu-shuffle" in dask_scheduler.plugins)
             table = subprocess.run([sys.executable, "-m", "dask", "gpu", "config", "--scheduler-file", scheduler],
                                    capture_output=True, text=True, timeout=60)
             assert "node-gpu-1" in table.stdout and "1,0" in table.stdout

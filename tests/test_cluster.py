@@ -186,3 +186,45 @@ def test_no_dashboard_binds_no_fixed_port(simulate):
     with LocalCUDACluster(dashboard_address=False) as cluster:
         server = cluster.scheduler.http_server
         assert server.address == "127.0.0.1" and server.port != 8787
+
+
+def test_cudf_spilling_reaches_every_gpu_worker(simulate):
+    simulate(2)
+    with LocalCUDACluster(enable_cudf_spill=True, cudf_spill_stats=1, dashboard_address=False) as cluster, \
+            Client(cluster) as client:
+        assert all(w["cudf_spill"] for w in by_name(client).values())
+        assert cluster.options.cudf_spill_stats == 1
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"enable_cudf_spill": "yes"}, "enable_cudf_spill must be True or False, not 'yes'"),
+    ({"cudf_spill_stats": -1}, "cudf_spill_stats must be >= 0, not -1"),
+])
+def test_bad_cudf_spilling_keywords_are_refused(simulate, kwargs, match):
+    simulate(1)
+    with pytest.raises(ValueError, match=match):
+        LocalCUDACluster(**kwargs)
+
+
+def test_spill_cudf_sets_cudf_options_and_starts_a_manager_it_lacks(monkeypatch):
+    import sys
+    import types
+
+    from dask_gpu.plugins import spill_cudf
+
+    options, calls = {"spill_device_limit": None, "spill_on_demand": True}, []
+    manager = types.SimpleNamespace(
+        get_global_manager=lambda: None,  # cuDF made buffers before spilling was asked for
+        SpillManager=lambda **kw: ("manager", kw),
+        set_global_manager=calls.append,
+        set_spill_on_demand_globally=lambda: calls.append("on demand"),
+    )
+    fake = types.ModuleType("cudf")
+    fake.set_option, fake.get_option = options.__setitem__, options.get
+    buffer = types.ModuleType("cudf.core.buffer")
+    buffer.spill_manager = manager
+    for name, module in {"cudf": fake, "cudf.core": types.ModuleType("cudf.core"), "cudf.core.buffer": buffer}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    spill_cudf(True, 2)
+    assert options["spill"] is True and options["spill_stats"] == 2
+    assert calls == [("manager", {"device_memory_limit": None, "statistic_level": 2}), "on demand"]

@@ -634,6 +634,7 @@ def test_gpu_spill_on_oom(gpu):
     setup_allocator(resolve_allocator("pool", device_memory=device_memory(cupy)),
                     spill=(spilling := holder(cupy, 3, GiB // 2))[1], describe=lambda: "3 arrays")
     held = spilling[0]
+    cupy.get_default_memory_pool().free_all_blocks()  # blocks cached by earlier tests would serve the allocation
     cupy.get_default_memory_pool().set_limit(size=2 * GiB)  # a small "device", so the test stays modest
     before = allocator_metrics()
     x = cupy.ones(GiB, dtype=cupy.uint8)  # 1.5 GiB held + 1 GiB > 2 GiB: fits only after spilling

@@ -12,7 +12,7 @@ from dask_gpu import LocalCUDACluster
 from dask_gpu.memory.dispatch import HostCopy
 from dask_gpu.memory.stats import memory_stats
 from dask_gpu.memory.store import DeviceHostDiskStore
-from standin_device import StandInArray, make
+from standin_device import StandInArray, make, total
 
 
 @pytest.fixture
@@ -195,3 +195,32 @@ def test_a_worker_killed_for_host_memory_comes_back_and_the_work_finishes(simula
         assert client.submit(spike_once, str(tmp_path / "marker"), pure=False).result(timeout=90) == 42.0
         client.wait_for_workers(1, timeout=30)
         assert next(iter(client.run(os.getpid).values())) != first_pid  # a new process replaced the killed one
+
+
+def test_values_that_spill_themselves_are_kept_aside_and_counted_nowhere(store, monkeypatch):
+    from dask_gpu.memory import dispatch
+
+    aside = make(900)
+    monkeypatch.setattr(dispatch, "spills_itself", lambda value: value is aside)  # as cuDF with its spilling on
+    store["own"], store["a"] = aside, make(400)
+    assert store.device_bytes == 400 and set(store.device) == {"a"} and "own" not in store.host
+    store["b"] = make(400)  # under the limit: the value kept aside counts for nothing
+    assert set(store.device) == {"a", "b"}
+    assert store["own"] is aside and set(store) == {"own", "a", "b"} and len(store) == 3
+    assert store.metrics()["self-spilling-keys"] == 1
+    del store["own"]
+    assert "own" not in store and len(store) == 2
+
+
+def test_a_space_shares_the_device_limit_but_not_the_keys(store):
+    space = store.space(("shuffle", "x"))
+    space[3, 1] = make(400, 1)
+    store["a"] = make(400, 2)
+    assert (3, 1) in space and (3, 1) not in store and set(store) == {"a"} and len(store) == 1
+    space[4, 0] = make(400, 3)  # over the limit: the space's oldest goes to the host
+    assert store.device_bytes == 800 and len(store.device) == 2 and len(store.host) == 1
+    assert total(space.pop((3, 1))) == 400 and sorted(space) == [(4, 0)] and len(space) == 1
+    assert "a" in store.host  # bringing (3, 1) back moved the least recently used out
+    assert store.space(("shuffle", "y")) is not space and list(store.space(("shuffle", "y"))) == []
+    del space[4, 0]
+    assert list(space) == [] and set(store) == {"a"} and total(store["a"]) == 800

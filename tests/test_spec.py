@@ -287,6 +287,7 @@ def test_plugin_name_and_info():
         "cpu_affinity": (0,),
         "pre_import": ("json",),
         "allocator": None,
+        "cudf_spill": False,
     }
 
 

@@ -26,13 +26,16 @@ from importlib.util import find_spec
 import dask
 import dask.array as da
 
-from dask_gpu import devices
+from dask_gpu import devices  # noqa: F401  (tests replace devices.discover through this module)
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, error_text, gpu_client, gpu_columns,
+                                        gpu_counts, gpu_notes, run_columns, runs_table, scaling_lines)
+from dask_gpu.benchmarks.common import scaling  # noqa: F401  (seed.scaling, as before the dataframe suite)
+from dask_gpu.benchmarks.common import compute as _compute
+from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
-from dask_gpu.report import table as text_table
 
 SIZES = {"small": (10_000, 1_000), "medium": (50_000, 5_000), "full": (500_000, 10_000)}
 CPU_BUDGET = 2.5e9  # values a CPU column makes in full; past this it measures a fraction
-TIMEOUT = 900  # seconds a GPU run may take before it is cancelled and reported as failed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,30 +93,11 @@ def resolve_size(size: str = "small", shape: int | None = None, chunks: int | No
     return n, c
 
 
-def gpu_counts(spec: str | None, available: int) -> list[int]:
-    """The GPU counts of the GPU columns: ``spec`` ("1,2,4,8"), or 1 and all of them."""
-    if spec is None:
-        return sorted({1, available}) if available else []
-    try:
-        counts = sorted({int(part) for part in str(spec).split(",")})
-    except ValueError:
-        raise ValueError(f"--gpus takes GPU counts separated by commas, such as 1,2,4, not {spec!r}") from None
-    if counts[0] < 1 or (available and counts[-1] > available):
-        raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs here ({available})")
-    return counts if available else []  # no GPU columns; the table's note says why
-
-
 def architectures(compare: str | None = None, gpus: str | None = None) -> list[tuple[str, str, int]]:
     """(label, kind, count) of each column: kind is "cpu", "gpu" or "dask-cuda"."""
     cores = os.cpu_count() or 1
     columns = [("1 CPU core", "cpu", 1), (f"{cores} CPU cores", "cpu", cores)]
-    system = devices.discover()
-    available = len(system.devices) if system.state is devices.State.AVAILABLE and find_spec("cupy") else 0
-    counts = gpu_counts(gpus, available)
-    for kind in ("gpu", "dask-cuda") if compare == "dask-cuda" else ("gpu",):
-        prefix = "dask-cuda, " if kind == "dask-cuda" else ""
-        columns += [(f"{prefix}{g} GPU{'s' if g > 1 else ''}", kind, g) for g in counts]
-    return columns
+    return columns + gpu_columns(gpu_counts(gpus, available_gpus(("cupy",), find_spec)), compare)
 
 
 def default_protocol(columns) -> str:
@@ -129,65 +113,20 @@ def run(size="small", shape=None, chunks=None, workloads=None, compare=None, pro
     n, c = resolve_size(size, shape, chunks)
     columns = architectures(compare, gpus)
     protocol, timeout = protocol or default_protocol(columns), timeout or TIMEOUT
-    cpu_budget = cpu_budget or CPU_BUDGET
-    if protocol not in ("tcp", "ucx"):
-        raise ValueError(f"--protocol takes tcp or ucx, not {protocol!r}")
-    repeat = int(repeat)
-    if repeat < 1:
-        raise ValueError(f"--repeat must be at least 1, not {repeat}")
-    if not (0 < timeout < math.inf and 0 < cpu_budget < math.inf):
-        raise ValueError(f"--timeout ({timeout}) and --cpu-budget ({cpu_budget}) must be positive numbers")
-    names = list(workloads or WORKLOADS)
-    unknown = set(names) - set(WORKLOADS)
-    if unknown:
-        raise ValueError(f"unknown workloads {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
-    if compare not in (None, "dask-cuda"):
-        raise ValueError(f"--compare takes dask-cuda, not {compare!r}")
+    cpu_budget, names, repeat = cpu_budget or CPU_BUDGET, list(workloads or WORKLOADS), int(repeat)
+    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
+    if not 0 < cpu_budget < math.inf:
+        raise ValueError(f"--cpu-budget ({cpu_budget}) must be a positive number of values")
     result = {"shape": n, "chunks": c, "protocol": protocol, "repeat": repeat, "cpu_budget": cpu_budget,
               "workloads": {w: WORKLOADS[w][0] for w in names},
-              "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": [], "notes": []}
-    if not any(kind == "gpu" for _, kind, _ in columns):
-        result["notes"].append("no GPU columns: " + _why_no_gpus())
-    if compare == "dask-cuda" and find_spec("dask_cuda") is None:
-        columns = [col for col in columns if col[1] != "dask-cuda"]
-        result["notes"].append("dask-cuda is not installed: no comparison columns")
-    for label, kind, count in columns:
-        done = []
-        try:
-            with _context(kind, count, protocol) as context:
-                for name in names:
-                    if progress:
-                        progress(f"{name} on {label}")
-                    done.append({"workload": name, "architecture": label,
-                                 **_measure(name, count, n, c, context.client, repeat, timeout, cpu_budget)})
-        except Exception as e:  # a cluster that fails to start or stop is a result too
-            error = {"architecture": label, "error": f"{type(e).__name__}: {e}"[:500]}
-            done += [{"workload": name, **error} for name in names[len(done):]]
-        result["runs"] += done
-        result["scaling"] = scaling(result["runs"], {label: (kind, count) for label, kind, count in columns})
-        if checkpoint:
-            checkpoint(result)
-    return result
+              "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": []}
+    columns, result["notes"] = gpu_notes(columns, compare, ("cupy",), find_spec)
 
+    def measure(context, name, count):
+        return _measure(name, count, n, c, context.client, repeat, timeout, cpu_budget)
 
-def scaling(runs: list[dict], columns: dict) -> list[dict]:
-    """Each GPU column's speed-up over the 1-GPU column of its cluster, and its efficiency (speed-up / GPUs)."""
-    one = {(r["workload"], columns[r["architecture"]][0]): r for r in runs
-           if columns[r["architecture"]][1:] == (1,) and "seconds" in r}
-    rows = []
-    for r in runs:
-        kind, count = columns[r["architecture"]]
-        base = one.get((r["workload"], kind))
-        if kind != "cpu" and count > 1 and base and "seconds" in r:
-            speedup = base["seconds"] / r["seconds"]
-            rows.append({"workload": r["workload"], "architecture": r["architecture"], "gpus": count,
-                         "speedup": speedup, "efficiency": speedup / count})
-    return rows
-
-
-def _why_no_gpus() -> str:
-    system = devices.discover()
-    return system.message if system.state is not devices.State.AVAILABLE else "CuPy is not installed."
+    return run_columns(result, columns, names, lambda kind, count: _context(kind, count, protocol), measure,
+                       progress, checkpoint)
 
 
 class _context:
@@ -203,17 +142,8 @@ class _context:
             return self
         from contextlib import ExitStack
 
-        from distributed import Client
-
         self.stack = ExitStack()
-        if self.kind == "dask-cuda":
-            from dask_cuda import LocalCUDACluster
-
-            self.stack.enter_context(dask.config.set({"gpu.array-optimize": False}))  # dask-cuda as it is
-        else:
-            from dask_gpu import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=self.count, protocol=self.protocol, dashboard_address=":0")
-        self.client = self.stack.enter_context(Client(self.stack.enter_context(cluster)))
+        self.client = gpu_client(self.stack, self.kind, self.count, self.protocol)
         return self
 
     def __exit__(self, *exc):
@@ -243,7 +173,7 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
             value = _compute(problem.expr, client, timeout)
             times.append(time.perf_counter() - start)
     except Exception as e:  # a failing workload is a result, not the end of the table
-        return {"error": f"{type(e).__name__}: {e}"[:500]}
+        return {"error": error_text(e)}
     seconds = min(times)
     row = {"seconds": seconds / problem.fraction, "value": float(value), "correct": bool(problem.check(value))}
     if repeat > 1:
@@ -259,65 +189,17 @@ def warm_up(client, make, rs, c, timeout=TIMEOUT) -> None:
         _compute(make(rs, 2 * c, c, math.inf).expr, client, timeout, workers=[worker])
 
 
-def _compute(expr, client, timeout, **kwargs):
-    """The value of ``expr``; on a cluster, cancelled with an error after ``timeout`` seconds."""
-    if client is None:
-        return expr.compute()
-    future = client.compute(expr, **kwargs)
-    try:
-        return future.result(timeout=timeout)
-    except TimeoutError:
-        future.cancel()
-        raise TimeoutError(f"no result after {timeout} s") from None
-
-
-def _cell(run: dict) -> str:
-    if "error" in run:
-        return "failed"
-    seconds = run["seconds"]
-    if seconds < 120:
-        text = f"{seconds:.2f} s"
-    else:
-        text = f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-    return text + (" (est.)" if run.get("estimated") else "") + ("" if run["correct"] else " WRONG")
-
-
 def table(result: dict) -> str:
     n, c = result["shape"], result["chunks"]
-    cells = {(r["workload"], r["architecture"]): _cell(r) for r in result["runs"]}
-    rows = [("workload", *result["columns"])]
-    for name, text in result["workloads"].items():
-        rows.append((f"{name}: {text}", *(cells.get((name, col), "-") for col in result["columns"])))
     head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
     if any("GPU" in column for column in result["columns"]):
         head += f"; GPU workers over {result.get('protocol', 'tcp')}, best of {result.get('repeat', 1)} runs"
-    speedups = [f"{r['workload']} on {r['architecture']}: {r['speedup']:.2f} x one GPU "
-                f"({r['efficiency']:.0%} efficiency)" for r in result.get("scaling", [])]
-    return "\n".join([head, text_table(rows), *speedups, *result["notes"]])
+    return "\n".join([head, runs_table(result), *scaling_lines(result), *result["notes"]])
 
 
 def plot(result: dict, path: str) -> None:
     """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names, columns = list(result["workloads"]), result["columns"]
-    seconds = {(r["workload"], r["architecture"]): r.get("seconds") for r in result["runs"]}
-    width = 0.8 / max(1, len(columns))
-    fig, ax = plt.subplots(figsize=(2 + 1.8 * len(names), 4))
-    for i, col in enumerate(columns):
-        xs = [j + i * width for j in range(len(names))]
-        ax.bar(xs, [seconds.get((name, col)) or 0 for name in names], width, label=col)
-    ax.set_xticks([j + width * (len(columns) - 1) / 2 for j in range(len(names))], names)
-    ax.set_yscale("log")
-    ax.set_ylabel("seconds (log scale)")
-    ax.set_title(f"n = {result['shape']}, chunks {result['chunks']}")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    bar_chart(result, path, f"n = {result['shape']}, chunks {result['chunks']}")
 
 
 def main(argv=None):

@@ -312,13 +312,7 @@ def _setup_rmm(options, spill, describe):
         name = f"rmm-{socket.gethostname()}-{os.getpid()}.csv"  # one file per worker process
         mr = rmm.mr.LoggingResourceAdaptor(mr, log_file_name=os.path.join(options.log_directory, name))
 
-    def on_failure(nbytes: int) -> bool:  # RMM retries the allocation while this returns True
-        released = spill(nbytes)
-        if released > 0:
-            _count(retries=1, spilled=released)
-        return released > 0
-
-    rmm.mr.set_current_device_resource(rmm.mr.FailureCallbackResourceAdaptor(mr, on_failure))
+    rmm.mr.set_current_device_resource(rmm.mr.FailureCallbackResourceAdaptor(mr, _retry_after_spilling(spill)))
 
     def held():
         return f"the RMM pool holds {format_bytes(pool.pool_size())}" if pool is not None else ""
@@ -333,6 +327,32 @@ def _setup_rmm(options, spill, describe):
             oom_errors=(MemoryError,),
         ))
     _route_torch()
+
+
+def _retry_after_spilling(spill):
+    """RMM's failure callback: spill the worker's device data; RMM retries the allocation while it returns True."""
+
+    def on_failure(nbytes: int) -> bool:
+        released = spill(nbytes)
+        if released > 0:
+            _count(retries=1, spilled=released)
+        return released > 0
+
+    return on_failure
+
+
+def setup_rmm_for_libraries(options: AllocatorOptions, spill: Callable[[int], int]) -> None:
+    """RMM, where the allocator chosen serves CuPy alone, for the libraries that allocate through it (cuDF):
+    cudaMallocAsync, keeping what it frees for the next allocation (RMM's default, cudaMalloc and
+    cudaFree, waits for the device at each), or managed memory with ``allocator="managed"``; and, as
+    for CuPy, spilling the worker's data when an allocation fails."""
+    import rmm
+
+    if options.allocator == "managed":
+        mr = rmm.mr.ManagedMemoryResource()
+    else:
+        mr = rmm.mr.CudaAsyncMemoryResource(release_threshold=options.device_memory or None)
+    rmm.mr.set_current_device_resource(rmm.mr.FailureCallbackResourceAdaptor(mr, _retry_after_spilling(spill)))
 
 
 def _route_torch():

@@ -8,6 +8,7 @@ walked by the public functions, not registered, so that any container of device 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
@@ -17,7 +18,7 @@ from dask.sizeof import sizeof
 from dask.utils import Dispatch
 
 __all__ = ["HostCopy", "device_buffers", "device_nbytes", "is_device", "pinned_pool", "register_device_type",
-           "to_device", "to_host"]
+           "spills_itself", "to_device", "to_host"]
 
 Buffers = list[tuple[Hashable, int]]
 
@@ -54,6 +55,7 @@ class _DeviceType(NamedTuple):
     buffers: Callable[[Any], Buffers]
     to_host: Callable[[Any], HostCopy]
     applies: Callable[[Any], bool] | None = None  # per object: a CPU torch.Tensor is no device object
+    spills_itself: Callable[[], bool] | None = None  # its library moves it (cuDF with its spilling on)
 
 
 # No default for ``object``: Dispatch caches what it finds for a subclass, and a cached "not a device
@@ -109,6 +111,12 @@ def _map(fn: Callable[[Any], Any], obj):
 def is_device(obj) -> bool:
     """Whether obj, or any leaf of a list/tuple/dict, is a registered device object."""
     return any(_device_type(leaf) is not None for leaf in _leaves(obj))
+
+
+def spills_itself(obj) -> bool:
+    """Whether a device leaf of obj is moved by its own library, which the tiers must then leave alone."""
+    return any((kind := _device_type(leaf)) is not None and kind.spills_itself is not None and kind.spills_itself()
+               for leaf in _leaves(obj))
 
 
 def device_buffers(obj) -> Buffers:
@@ -184,8 +192,9 @@ def _copy_stream(cupy):
     return stream
 
 
-def _cupy_host_array(x) -> np.ndarray:
-    """x's values in a NumPy array over pinned memory, in x's layout where x is C- or F-contiguous."""
+def to_pinned(x) -> np.ndarray:
+    """A CuPy array's values in a NumPy array over pinned memory (one DMA), in x's layout where x is
+    C- or F-contiguous."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -202,7 +211,8 @@ def _cupy_host_array(x) -> np.ndarray:
     return host
 
 
-def _cupy_from_host(host: np.ndarray):
+def from_pinned(host: np.ndarray):
+    """A NumPy array's values in a new CuPy array on the current device (one DMA from pinned memory)."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -227,8 +237,8 @@ def _register_cupy():
     import cupy
 
     def to_host(x) -> HostCopy:
-        host = _cupy_host_array(x)
-        return HostCopy(host, _cupy_from_host, host.nbytes)
+        host = to_pinned(x)
+        return HostCopy(host, from_pinned, host.nbytes)
 
     register_device_type(cupy.ndarray, buffers=_cupy_buffers, to_host=to_host)
 
@@ -241,14 +251,14 @@ def _sparse_parts(m) -> dict:
 
 
 def _sparse_to_host(m) -> HostCopy:
-    parts = {name: _cupy_host_array(a) for name, a in _sparse_parts(m).items()}
+    parts = {name: to_pinned(a) for name, a in _sparse_parts(m).items()}
     flags = {"has_canonical_format": m.has_canonical_format} if m.format == "coo" else {}
     return HostCopy((type(m), m.shape, parts, flags), _sparse_from_host, sum(a.nbytes for a in parts.values()))
 
 
 def _sparse_from_host(payload):
     cls, shape, parts, flags = payload
-    p = {name: _cupy_from_host(a) for name, a in parts.items()}
+    p = {name: from_pinned(a) for name, a in parts.items()}
     if "row" in p:
         m = cls((p["data"], (p["row"], p["col"])), shape=shape)
     else:
@@ -301,24 +311,63 @@ def _register_torch():
     _types.register(torch.Tensor, _DeviceType(buffers, _torch_to_host, on_device))
 
 
-# --- cuDF: its own lossless host serialisation ----------------------------------------------------
+# --- cuDF: its own serialisation, each device frame through the pinned CuPy path ------------------
 
 def _cudf_buffers(obj) -> Buffers:
-    # cuDF's column/buffer internals change between releases: count each object's own bytes (an
-    # over-estimate where two objects share columns, the safe side for spilling).
-    usage = obj.memory_usage(deep=True)
-    return [(("cudf", id(obj)), int(usage.sum() if hasattr(usage, "sum") else usage))]
+    """The allocations under obj's columns (index included), each counted once: slices and frames that
+    share columns share allocations. A RangeIndex holds none."""
+    found: dict[Hashable, int] = {}
+    for column in _cudf_columns(obj):
+        _column_buffers(column.plc_column, found)
+    return list(found.items())
+
+
+def _cudf_columns(obj) -> list:
+    import cudf
+
+    if isinstance(obj, cudf.RangeIndex):
+        return []  # its _columns would make one
+    index = getattr(obj, "index", None)
+    own = [] if index is None or isinstance(index, cudf.RangeIndex) else list(index._columns)
+    return [*own, *obj._columns]
+
+
+def _column_buffers(column, found: dict) -> None:
+    """A pylibcudf column's data and mask allocations, and its children's."""
+    for buffer in (column.data(), column.null_mask()):
+        if buffer is not None:
+            owner = getattr(buffer, "owner", None) or getattr(buffer, "obj", None) or buffer  # cuDF's, or RMM's
+            found.setdefault(("cudf", id(owner)), int(getattr(owner, "size", None) or buffer.nbytes))
+    for child in column.children():
+        _column_buffers(child, found)
 
 
 def _cudf_to_host(obj) -> HostCopy:
-    header, frames = obj.host_serialize()
-    frames = [np.asarray(f) for f in frames]  # memoryviews do not pickle; arrays over the same bytes do
-    return HostCopy((type(obj), header, frames), _cudf_from_host, sum(f.nbytes for f in frames))
+    header, frames = obj.device_serialize()
+    host = [to_pinned(as_bytes(f)) if cuda else np.array(f) for cuda, f in zip(header["is-cuda"], frames)]
+    return HostCopy((type(obj), header, host), _cudf_from_host, sum(f.nbytes for f in host))
 
 
 def _cudf_from_host(payload):
-    cls, header, frames = payload
-    return cls.host_deserialize(header, frames)
+    cls, header, host = payload
+    frames = [from_pinned(f) if cuda else memoryview(f) for cuda, f in zip(header["is-cuda"], host)]
+    return cls.device_deserialize(header, frames)
+
+
+def as_bytes(buffer):
+    """Bytes of device memory as a CuPy uint8 array (no copy)."""
+    import cupy
+
+    return cupy.asarray(buffer).view(cupy.uint8).reshape(-1)
+
+
+def cudf_spills_itself() -> bool:
+    """Whether cuDF's own spilling is on in this process: its objects then move themselves."""
+    if "cudf" not in sys.modules:
+        return False
+    from cudf.core.buffer.spill_manager import get_global_manager
+
+    return get_global_manager() is not None
 
 
 @_types.register_lazy("cudf")
@@ -327,5 +376,4 @@ def _register_cudf():
 
     for name in ("DataFrame", "Series", "Index", "RangeIndex", "MultiIndex"):
         if hasattr(cudf, name):
-            register_device_type(getattr(cudf, name), buffers=_cudf_buffers, to_host=_cudf_to_host)
-
+            _types.register(getattr(cudf, name), _DeviceType(_cudf_buffers, _cudf_to_host, None, cudf_spills_itself))

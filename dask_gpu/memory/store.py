@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import dask
@@ -31,10 +32,20 @@ from dask_gpu.memory import dispatch
 logger = logging.getLogger("dask_gpu.memory")
 
 
+@dataclass(frozen=True)
+class Hidden:
+    """A key of a :meth:`DeviceHostDiskStore.space`: equal to no task's key, left out of the store's own keys."""
+
+    space: Hashable
+    key: Hashable
+
+
 class DeviceHostDiskStore(MutableMapping):
     """Worker data with device, host and disk tiers; ``Worker(data=(DeviceHostDiskStore, kwargs))``.
 
     Thread-safe: tasks that fail to allocate call :meth:`spill` from their own threads.
+    Values whose library moves them itself (cuDF with its own spilling on) are kept aside,
+    counted in no tier, so that no byte is counted or moved twice.
     """
 
     def __init__(self, device_memory_limit: int, memory_limit: int = 0, worker_local_directory: str | None = None):
@@ -45,6 +56,8 @@ class DeviceHostDiskStore(MutableMapping):
         self._allocations: dict[Hashable, list[int]] = {}  # allocation id -> [bytes, number of keys]
         self.device_bytes = 0
         self._spilled: set[Hashable] = set()  # keys whose host-tier value is a device object's host copy
+        self._aside: dict[Hashable, object] = {}  # values that spill themselves
+        self._hidden = 0  # Hidden keys held, in any tier
         self.counters = {
             f"{direction}-{unit}": 0
             for direction in ("device-to-host", "host-to-device")
@@ -77,13 +90,21 @@ class DeviceHostDiskStore(MutableMapping):
         """Keys spilled to disk (read-only)."""
         return self._host.slow
 
+    def space(self, name: Hashable) -> MutableMapping:
+        """A mapping of its own over these tiers (a shuffle's pieces, say): it shares the device limit
+        and the spilling order with the task data, and its keys are not among the store's keys."""
+        return _Space(self, name)
+
     # -- MutableMapping -------------------------------------------------------------
 
     def __setitem__(self, key, value) -> None:
         with self._lock:
             if key in self:
                 del self[key]
-            if dispatch.is_device(value):
+            self._hidden += isinstance(key, Hidden)
+            if dispatch.spills_itself(value):
+                self._aside[key] = value
+            elif dispatch.is_device(value):
                 self._device[key] = value
                 self._hold(key, dispatch.device_buffers(value))
                 self._shrink(self.device_memory_limit)
@@ -95,6 +116,8 @@ class DeviceHostDiskStore(MutableMapping):
             if key in self._device:
                 self._device.move_to_end(key)
                 return self._device[key]
+            if key in self._aside:
+                return self._aside[key]
             if key not in self._spilled:
                 return self._host[key]
             start = time.perf_counter()
@@ -102,7 +125,9 @@ class DeviceHostDiskStore(MutableMapping):
             self._count("host-to-device", dispatch.device_nbytes(value), start)
             del self._host[key]
             self._spilled.discard(key)
-            self[key] = value
+            self._device[key] = value
+            self._hold(key, dispatch.device_buffers(value))
+            self._shrink(self.device_memory_limit)
             return value
 
     def __delitem__(self, key) -> None:
@@ -110,19 +135,23 @@ class DeviceHostDiskStore(MutableMapping):
             if key in self._device:
                 del self._device[key]
                 self._release(key)
+            elif key in self._aside:
+                del self._aside[key]
             else:
                 del self._host[key]
                 self._spilled.discard(key)
+            self._hidden -= isinstance(key, Hidden)
 
     def __contains__(self, key) -> bool:
-        return key in self._device or key in self._host
+        return key in self._device or key in self._aside or key in self._host
 
     def __iter__(self) -> Iterator:
         with self._lock:
-            return iter([*self._device, *self._host])
+            keys = [*self._device, *self._aside, *self._host]
+        return iter([k for k in keys if not isinstance(k, Hidden)] if self._hidden else keys)
 
     def __len__(self) -> int:
-        return len(self._device) + len(self._host)
+        return len(self._device) + len(self._aside) + len(self._host) - self._hidden
 
     # -- spilling -------------------------------------------------------------------
 
@@ -218,6 +247,7 @@ class DeviceHostDiskStore(MutableMapping):
                 "host-keys": len(self._host.fast),
                 "disk-bytes": disk,
                 "disk-keys": len(self._host.slow),
+                "self-spilling-keys": len(self._aside),
                 **{k: v for k, v in self.counters.items()},
                 **{f"host-{label}-{unit}": v for (label, unit), v in self._host.cumulative_metrics.items()},
             }
@@ -229,9 +259,39 @@ class DeviceHostDiskStore(MutableMapping):
             self._held.clear()
             self._allocations.clear()
             self.device_bytes = 0
+            self._aside.clear()
+            self._hidden = 0
             self._spilled.clear()
             self._host.clear()
             shutil.rmtree(self._directory, ignore_errors=True)
+
+
+
+class _Space(MutableMapping):
+    """The keys of one :meth:`DeviceHostDiskStore.space`, stored as :class:`Hidden` keys."""
+
+    def __init__(self, store: DeviceHostDiskStore, name: Hashable):
+        self.store, self.name = store, name
+
+    def __setitem__(self, key, value) -> None:
+        self.store[Hidden(self.name, key)] = value
+
+    def __getitem__(self, key):
+        return self.store[Hidden(self.name, key)]
+
+    def __delitem__(self, key) -> None:
+        del self.store[Hidden(self.name, key)]
+
+    def __contains__(self, key) -> bool:
+        return Hidden(self.name, key) in self.store
+
+    def __iter__(self) -> Iterator:
+        with self.store._lock:
+            keys = [*self.store._device, *self.store._aside, *self.store._host]
+        return iter([k.key for k in keys if isinstance(k, Hidden) and k.space == self.name])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _private_directory(path: str) -> str:

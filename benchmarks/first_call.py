@@ -1,0 +1,99 @@
+"""The first dataframe computation on a new cluster: dask-gpu against dask-cuda, each in a fresh process.
+
+Each run starts a one-GPU cluster in a new process with an empty CuPy kernel cache (``CUPY_CACHE_DIR``),
+reads a parquet dataset onto the GPU (``read``: the cluster's first task, cuDF's import included), then
+times the first ``groupby(s).agg({"x": ["sum", "mean"]})`` and the second. Packages alternate, so that
+the machine's noise falls on both; the JSON has every run and the machine.
+
+    python benchmarks/first_call.py [--rows 20000000] [--repeat 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from importlib.util import find_spec
+
+PROBE = r"""
+import json, sys, time
+import dask, dask.dataframe as dd
+from distributed import Client, wait
+package, data = sys.argv[1], sys.argv[2]
+if package == "dask-gpu":
+    from dask_gpu import LocalCUDACluster
+else:
+    from dask_cuda import LocalCUDACluster
+
+if __name__ == "__main__":
+    out = {"package": package}
+    with dask.config.set({"dataframe.backend": "cudf"}), \
+            LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        start = time.perf_counter()
+        df = dd.read_parquet(data).persist()
+        wait(df)
+        out["read"] = time.perf_counter() - start
+        for name in ("first", "second"):
+            start = time.perf_counter()
+            result = df.groupby("s").agg({"x": ["sum", "mean"]}).compute()
+            out[name] = time.perf_counter() - start
+        out["groups"] = len(result)
+    print(json.dumps(out))
+"""
+
+
+def generate(path: str, rows: int) -> None:
+    import cupy
+    import cudf
+
+    os.makedirs(path, exist_ok=True)
+    rng = cupy.random.default_rng(7)
+    for i in range(4):
+        n = rows // 4
+        cudf.DataFrame({"s": rng.integers(0, 1000, n, dtype="int32"), "x": rng.standard_normal(n)}).to_parquet(
+            os.path.join(path, f"part-{i}.parquet"))
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    from dask_gpu.report import machine_dict
+
+    packages = ["dask-gpu"] + (["dask-cuda"] if find_spec("dask_cuda") else [])
+    result = {"rows": args.rows, "machine": machine_dict(), "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        generate(data, args.rows)
+        probe = os.path.join(tmp, "probe.py")
+        with open(probe, "w") as f:
+            f.write(PROBE)
+        for i in range(args.repeat):
+            for package in packages:
+                env = {**os.environ, "CUPY_CACHE_DIR": os.path.join(tmp, f"cupy-cache-{package}-{i}")}
+                done = subprocess.run([sys.executable, probe, package, data], env=env, capture_output=True,
+                                      text=True, timeout=600)
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                run = json.loads(lines[-1]) if lines else {"package": package, "error": done.stderr[-2000:]}
+                result["runs"].append(run)
+                print(json.dumps(run), flush=True)
+    result["median"] = {
+        package: {key: statistics.median(r[key] for r in result["runs"] if r["package"] == package and key in r)
+                  for key in ("read", "first", "second")}
+        for package in packages if any("first" in r for r in result["runs"] if r["package"] == package)
+    }
+    print(json.dumps(result["median"], indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""What the benchmark suites share: GPU columns and the notes on missing ones, the run loop over columns,
+results on a cluster with a timeout, scaling, the table's cells and the bar chart."""
+
+from __future__ import annotations
+
+import math
+from importlib.util import find_spec
+
+import dask
+
+from dask_gpu import devices
+from dask_gpu.report import table as text_table
+
+TIMEOUT = 900  # seconds a run on a cluster may take before it is cancelled and reported as failed
+NO_DASK_CUDA = "dask-cuda is not installed: no comparison columns"
+_NAMES = {"cupy": "CuPy", "cudf": "cuDF"}
+
+
+def check_options(names, known, compare, protocol, repeat, timeout) -> None:
+    """The options both suites take: a ``ValueError`` that names the bad one."""
+    unknown = set(names) - set(known)
+    if unknown:
+        raise ValueError(f"unknown workloads {sorted(unknown)}; choose from {list(known)}")
+    if compare not in (None, "dask-cuda"):
+        raise ValueError(f"--compare takes dask-cuda, not {compare!r}")
+    if protocol not in ("tcp", "ucx"):
+        raise ValueError(f"--protocol takes tcp or ucx, not {protocol!r}")
+    if int(repeat) < 1:
+        raise ValueError(f"--repeat must be at least 1, not {repeat}")
+    if not 0 < timeout < math.inf:
+        raise ValueError(f"--timeout ({timeout}) must be a positive number of seconds")
+
+
+def available_gpus(libraries=("cupy",), find=find_spec) -> int:
+    """GPUs that the GPU columns can use: none unless every library in ``libraries`` is installed."""
+    system = devices.discover()
+    ready = system.state is devices.State.AVAILABLE and all(find(name) for name in libraries)
+    return len(system.devices) if ready else 0
+
+
+def gpu_counts(spec: str | None, available: int) -> list[int]:
+    """The GPU counts of the GPU columns: ``spec`` ("1,2,4,8"), or 1 and all of them."""
+    if spec is None:
+        return sorted({1, available}) if available else []
+    try:
+        counts = sorted({int(part) for part in str(spec).split(",")})
+    except ValueError:
+        raise ValueError(f"--gpus takes GPU counts separated by commas, such as 1,2,4, not {spec!r}") from None
+    if counts[0] < 1 or (available and counts[-1] > available):
+        raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs here ({available})")
+    return counts if available else []  # no GPU columns; the table's note says why
+
+
+def gpu_columns(counts, compare=None, prefix="") -> list[tuple[str, str, int]]:
+    """(label, kind, count) of each GPU column: dask-gpu's, then dask-cuda's with ``compare="dask-cuda"``."""
+    kinds = {"gpu": prefix, "dask-cuda": "dask-cuda, "}
+    if compare != "dask-cuda":
+        kinds.pop("dask-cuda")
+    return [(f"{name}{g} GPU{'s' if g > 1 else ''}", kind, g) for kind, name in kinds.items() for g in counts]
+
+
+def gpu_notes(columns, compare=None, libraries=("cupy",), find=find_spec):
+    """The columns that can run here, and notes on those that cannot."""
+    notes = []
+    if not any(kind == "gpu" for _, kind, _ in columns):
+        notes.append("no GPU columns: " + why_no_gpus(libraries, find))
+    if compare == "dask-cuda" and find("dask_cuda") is None:
+        columns = [col for col in columns if col[1] != "dask-cuda"]
+        notes.append(NO_DASK_CUDA)
+    return columns, notes
+
+
+def why_no_gpus(libraries=("cupy",), find=find_spec) -> str:
+    system = devices.discover()
+    if system.state is not devices.State.AVAILABLE:
+        return system.message
+    missing = [_NAMES.get(name, name) for name in libraries if find(name) is None]
+    return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed."
+
+
+def gpu_client(stack, kind: str, count: int, protocol: str):
+    """A client of a GPU cluster of ``count`` workers, dask-gpu's or dask-cuda's, closed with ``stack``."""
+    from distributed import Client
+
+    if kind == "dask-cuda":
+        from dask_cuda import LocalCUDACluster
+
+        stack.enter_context(dask.config.set({"gpu.array-optimize": False}))  # dask-cuda as it is
+    else:
+        from dask_gpu import LocalCUDACluster
+    cluster = LocalCUDACluster(n_workers=count, protocol=protocol, dashboard_address=":0")
+    return stack.enter_context(Client(stack.enter_context(cluster)))
+
+
+def run_columns(result, columns, names, open_column, measure, progress=None, checkpoint=None) -> dict:
+    """Every workload of ``names`` in each column, on what ``open_column(kind, count)`` opens once per column;
+    ``measure(context, name, count)`` gives a run's fields. ``progress(label)`` is called before each run and
+    ``checkpoint(result)`` after each column, so that a run stopped part way keeps what it measured."""
+    kinds = {label: (kind, count) for label, kind, count in columns}
+    for label, kind, count in columns:
+        done = []
+        try:
+            with open_column(kind, count) as context:
+                for name in names:
+                    if progress:
+                        progress(f"{name} on {label}")
+                    done.append({"workload": name, "architecture": label, **measure(context, name, count)})
+        except Exception as e:  # a cluster that fails to start or stop is a result too
+            error = {"architecture": label, "error": error_text(e)}
+            done += [{"workload": name, **error} for name in names[len(done):]]
+        result["runs"] += done
+        result["scaling"] = scaling(result["runs"], kinds)
+        if checkpoint:
+            checkpoint(result)
+    return result
+
+
+def error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:500]
+
+
+def compute(expr, client, timeout, persist=False, **kwargs):
+    """The value of ``expr`` (with ``persist``, ``expr`` held in the cluster's memory); on a cluster,
+    cancelled with an error after ``timeout`` seconds."""
+    if client is None:
+        return expr.persist() if persist else expr.compute()
+    from distributed import futures_of, wait
+
+    done = client.persist(expr, **kwargs) if persist else client.compute(expr, **kwargs)
+    futures = futures_of(done)
+    try:
+        wait(futures, timeout=timeout)
+    except TimeoutError:
+        client.cancel(futures)
+        raise TimeoutError(f"no result after {timeout} s") from None
+    if persist:
+        for future in futures:
+            if future.status == "error":
+                future.result()  # raises the task's error
+        return done
+    return client.gather(done)
+
+
+def scaling(runs: list[dict], columns: dict) -> list[dict]:
+    """Each GPU column's speed-up over the 1-GPU column of its cluster, and its efficiency (speed-up / GPUs)."""
+    one = {(r["workload"], columns[r["architecture"]][0]): r for r in runs
+           if columns[r["architecture"]][1:] == (1,) and "seconds" in r}
+    rows = []
+    for r in runs:
+        kind, count = columns[r["architecture"]]
+        base = one.get((r["workload"], kind))
+        if kind not in ("cpu", "cudf") and count > 1 and base and "seconds" in r:
+            speedup = base["seconds"] / r["seconds"]
+            rows.append({"workload": r["workload"], "architecture": r["architecture"], "gpus": count,
+                         "speedup": speedup, "efficiency": speedup / count})
+    return rows
+
+
+def scaling_lines(result: dict) -> list[str]:
+    return [f"{r['workload']} on {r['architecture']}: {r['speedup']:.2f} x one GPU ({r['efficiency']:.0%} efficiency)"
+            for r in result.get("scaling", [])]
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def cell(run: dict, ok: str = "") -> str:
+    """A run in the table: its time, "(est.)" where scaled up, then ``ok`` or " WRONG"."""
+    if "error" in run:
+        return "failed"
+    return duration(run["seconds"]) + (" (est.)" if run.get("estimated") else "") + (ok if run["correct"] else " WRONG")
+
+
+def runs_table(result: dict, ok: str = "") -> str:
+    """One row per workload, one column per architecture."""
+    cells = {(r["workload"], r["architecture"]): cell(r, ok) for r in result["runs"]}
+    rows = [("workload", *result["columns"])]
+    for name, text in result["workloads"].items():
+        rows.append((f"{name}: {text}", *(cells.get((name, col), "-") for col in result["columns"])))
+    return text_table(rows)
+
+
+def plot(result: dict, path: str, title: str) -> None:
+    """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, columns = list(result["workloads"]), result["columns"]
+    seconds = {(r["workload"], r["architecture"]): r.get("seconds") for r in result["runs"]}
+    width = 0.8 / max(1, len(columns))
+    fig, ax = plt.subplots(figsize=(2 + 1.8 * len(names), 4))
+    for i, col in enumerate(columns):
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [seconds.get((name, col)) or 0 for name in names], width, label=col)
+    ax.set_xticks([j + width * (len(columns) - 1) / 2 for j in range(len(names))], names)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds (log scale)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,56 @@
+"""Partition sizing of the gpu dataframe backend, on the CPU."""
+
+import dask
+import pandas as pd
+import pytest
+from distributed import Client
+
+from dask_gpu import LocalCUDACluster
+from dask_gpu.dataframe import sizing
+
+GB = 10**9
+
+
+@pytest.mark.parametrize(("stored", "pieces", "memory", "gpus", "expected"), [
+    (4.5 * GB, 40, 80 * GB, 1, 2),  # 2.25 GB a partition, against 2.5 GB: two even ones
+    (4.5 * GB, 40, 80 * GB, 2, 2),
+    (4.5 * GB, 40, 80 * GB, 4, 4),  # at least one per GPU
+    (4.5 * GB, 40, 80 * GB, 3, 3),
+    (20 * GB, 40, 80 * GB, 3, 9),  # 8 of 2.5 GB, rounded up to 3 a GPU
+    (20 * GB, 5, 80 * GB, 1, 5),  # files are joined, never split
+    (1000, 8, 80 * GB, 1, 1),
+])
+def test_partition_count(stored, pieces, memory, gpus, expected):
+    assert sizing.partition_count(int(stored), pieces, memory, gpus) == expected
+
+
+def test_partition_size_in_bytes_or_a_fraction():
+    assert sizing.partition_bytes(80 * GB) == 80 * GB // 32
+    assert sizing.partition_bytes(80 * GB, "1GB") == GB
+    with dask.config.set({"gpu.partition-size": 0.0625}):
+        assert sizing.partition_count(10 * GB, 40, 80 * GB, 1) == 2
+    for bad, match in [(0, "more than 0"), (-1, "must not be negative"), ("x", "not a size"), (1.5, "a fraction")]:
+        with pytest.raises(ValueError, match=match):
+            sizing.partition_size(bad)
+
+
+def test_stored_bytes_of_a_directory_a_glob_and_a_list(tmp_path):
+    for i in range(3):
+        pd.DataFrame({"a": range(1000 * (i + 1))}).to_parquet(tmp_path / f"part-{i}.parquet")
+    sizes = [f.stat().st_size for f in sorted(tmp_path.iterdir())]
+    assert sizing.stored_bytes(str(tmp_path)) == sum(sizes)
+    assert sizing.stored_bytes(str(tmp_path / "part-*.parquet")) == sum(sizes)
+    two = [str(tmp_path / "part-0.parquet"), str(tmp_path / "part-2.parquet")]
+    assert sizing.stored_bytes(two) == sizes[0] + sizes[2]
+
+
+def test_the_gpu_workers_and_their_memory(simulate):
+    simulate(["16GB", "80GB"])
+    with LocalCUDACluster(cpu_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        assert sorted(sizing.gpu_workers(client)) == [16 * GB, 80 * GB]  # the CPU worker is no GPU
+        assert sorted(sizing.gpu_workers()) == [16 * GB, 80 * GB]
+
+
+def test_without_a_cluster_the_gpus_of_this_machine(simulate):
+    simulate(["8GB"])
+    assert sizing.gpu_workers() == [8 * GB]
