@@ -54,3 +54,18 @@ def test_the_gpu_workers_and_their_memory(simulate):
 def test_without_a_cluster_the_gpus_of_this_machine(simulate):
     simulate(["8GB"])
     assert sizing.gpu_workers() == [8 * GB]
+
+
+def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
+    import sys
+
+    import dask.dataframe as dd
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
+
+    from dask_gpu.dataframe.backend import GPUBackendEntrypoint
+
+    assert isinstance(dataframe_creation_dispatch.dispatch("gpu"), GPUBackendEntrypoint)
+    monkeypatch.setitem(sys.modules, "dask_cudf", None)  # not installed
+    with dask.config.set({"dataframe.backend": "gpu"}):
+        with pytest.raises(ImportError, match="the 'gpu' dataframe backend needs cuDF and dask-cudf"):
+            dd.from_dict({"a": [1, 2]}, npartitions=1)

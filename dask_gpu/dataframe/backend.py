@@ -1,22 +1,32 @@
 """The ``gpu`` dataframe backend: ``dask.config.set({"dataframe.backend": "gpu"})``.
 
-dask-cudf's backend (cuDF partitions; ``to_backend("gpu")`` and the rest as ``"cudf"`` has them),
-with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`): each file
-is read on its own and the files are joined into even partitions of about ``gpu.partition-size``
-of the smallest GPU. ``blocksize=`` asks for dask-cudf's own sizing instead.
+dask-cudf's backend (cuDF partitions; ``to_backend("gpu")``, ``read_csv`` and the rest as ``"cudf"``
+has them), with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`):
+each file is read on its own and the files are joined into even partitions of about
+``gpu.partition-size`` of the smallest GPU. ``blocksize=`` asks for dask-cudf's own sizing instead.
+dask-cudf is imported at the first call, not with this module.
 """
 
 from __future__ import annotations
 
-from dask_cudf.backends import CudfBackendEntrypoint
+from dask.dataframe.backends import DataFrameBackendEntrypoint
 
 from dask_gpu.dataframe import sizing
 
 
-class GPUBackendEntrypoint(CudfBackendEntrypoint):
+def _cudf():
+    try:
+        from dask_cudf.backends import CudfBackendEntrypoint
+    except ImportError as e:
+        raise ImportError(f"the 'gpu' dataframe backend needs cuDF and dask-cudf: pip install dask-cudf-cu12 "
+                          f"or dask-cudf-cu13 ({e})") from e
+    return CudfBackendEntrypoint
+
+
+class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
     @staticmethod
     def read_parquet(path, *args, blocksize="default", **kwargs):
-        read = CudfBackendEntrypoint.read_parquet
+        read = _cudf().read_parquet
         if blocksize != "default":
             return read(path, *args, blocksize=blocksize, **kwargs)
         df = read(path, *args, blocksize=None, **kwargs)  # a partition per file
@@ -26,3 +36,23 @@ class GPUBackendEntrypoint(CudfBackendEntrypoint):
         stored = sizing.stored_bytes(path, kwargs.get("storage_options"))
         count = sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus))
         return df.repartition(npartitions=count) if count < df.npartitions else df
+
+    @staticmethod
+    def to_backend(data, **kwargs):
+        return _cudf().to_backend(data, **kwargs)
+
+    @staticmethod
+    def from_dict(data, npartitions, **kwargs):
+        return _cudf().from_dict(data, npartitions, **kwargs)
+
+    @staticmethod
+    def read_csv(*args, **kwargs):
+        return _cudf().read_csv(*args, **kwargs)
+
+    @staticmethod
+    def read_json(*args, **kwargs):
+        return _cudf().read_json(*args, **kwargs)
+
+    @staticmethod
+    def read_orc(*args, **kwargs):
+        return _cudf().read_orc(*args, **kwargs)
