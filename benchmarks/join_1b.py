@@ -58,8 +58,8 @@ def main(argv=None) -> dict:
             LocalCUDACluster(n_workers=1, device_memory_limit=args.limit, dashboard_address=False) as cluster, \
             Client(cluster) as client:
         right_parts = max(1, parts // 10)
-        left = dd.from_map(left_part, range(parts), rows=rows // parts, keys=right_rows)
-        right = dd.from_map(right_part, range(right_parts), rows=right_rows // right_parts)
+        left = dd.from_map(left_part, range(parts), rows=rows // parts, keys=right_rows, meta=left_part(0, 0, 1))
+        right = dd.from_map(right_part, range(right_parts), rows=right_rows // right_parts, meta=right_part(0, 0))
         start = time.perf_counter()
         joined = left.merge(right, on="k", broadcast=False)
         w, x, n = dask.compute(joined.w.sum(), joined.x.sum(), joined.k.count())
