@@ -69,19 +69,3 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
     with dask.config.set({"dataframe.backend": "gpu"}):
         with pytest.raises(ImportError, match="the 'gpu' dataframe backend needs cuDF and dask-cudf"):
             dd.from_dict({"a": [1, 2]}, npartitions=1)
-
-
-def test_file_bytes_is_the_mean_uncompressed_size_of_the_first_files(tmp_path):
-    import pyarrow.parquet as pq
-
-    for i in range(4):
-        pd.DataFrame({"a": range(1000 * (i + 1)), "b": [0.5] * (1000 * (i + 1))}).to_parquet(tmp_path / f"p{i}.parquet")
-
-    def size(i, columns=("a", "b")):
-        meta = pq.ParquetFile(tmp_path / f"p{i}.parquet").metadata
-        return sum(meta.row_group(g).column(c).total_uncompressed_size for g in range(meta.num_row_groups)
-                   for c in range(meta.num_columns) if meta.row_group(g).column(c).path_in_schema in columns)
-
-    assert sizing.file_bytes(str(tmp_path)) == pytest.approx(sum(size(i) for i in range(3)) / 3)
-    assert sizing.file_bytes(str(tmp_path), columns=["a"]) == pytest.approx(sum(size(i, ["a"]) for i in range(3)) / 3)
-    assert sizing.file_bytes(str(tmp_path / "nothing-*.parquet")) == 0

@@ -2,9 +2,8 @@
 
 dask-cudf's backend (cuDF partitions; ``to_backend("gpu")``, ``read_csv`` and the rest as ``"cudf"``
 has them), with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`):
-even partitions of about ``gpu.partition-size`` of the smallest GPU, as many as a multiple of the
-GPU workers. Each is read in one call of cuDF's reader, which reads many files at once faster than
-one by one. ``blocksize=`` asks for dask-cudf's own sizing instead.
+each file is read on its own and the files are joined into even partitions of about
+``gpu.partition-size`` of the smallest GPU. ``blocksize=`` asks for dask-cudf's own sizing instead.
 dask-cudf is imported at the first call, not with this module.
 """
 
@@ -32,17 +31,11 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
             return read(path, *args, blocksize=blocksize, **kwargs)
         df = read(path, *args, blocksize=None, **kwargs)  # a partition per file
         gpus = sizing.gpu_workers()
-        options = kwargs.get("storage_options")
-        count = sizing.partition_count(sizing.stored_bytes(path, options), df.npartitions, min(gpus), len(gpus)) \
-            if gpus else df.npartitions
-        if count >= df.npartitions:
+        if not gpus:
             return df
-        # dask-cudf joins blocksize / (a file's uncompressed bytes) files, rounded up, into each partition
-        per_file = sizing.file_bytes(path, kwargs.get("columns"), options)
-        if not per_file:
-            return df.repartition(npartitions=count)
-        files = -(-df.npartitions // count)
-        return read(path, *args, blocksize=int((files - 0.5) * per_file), **kwargs)
+        stored = sizing.stored_bytes(path, kwargs.get("storage_options"))
+        count = sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus))
+        return df.repartition(npartitions=count) if count < df.npartitions else df
 
     @staticmethod
     def to_backend(data, **kwargs):

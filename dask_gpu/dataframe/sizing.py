@@ -43,27 +43,6 @@ def stored_bytes(path, storage_options=None) -> int:
     return sum(fs.du(p, total=True) for p in paths)
 
 
-def file_bytes(path, columns=None, storage_options=None, sample: int = 3) -> float:
-    """A parquet file's data under ``path`` uncompressed, ``columns`` only where given: the mean of the
-    first ``sample`` files, from their footers, as dask-cudf estimates it to join files (0: none found)."""
-    import pyarrow.parquet as pq
-    from fsspec.core import get_fs_token_paths
-
-    fs, _, paths = get_fs_token_paths(path, storage_options=storage_options)
-    files = sorted(f for p in paths for f in (fs.find(p) if fs.isdir(p) else [p]) if f.endswith(PARQUET))[:sample]
-    sizes = []
-    for name in files:
-        with fs.open(name, "rb") as f:
-            meta = pq.ParquetFile(f).metadata
-        groups = (meta.row_group(i) for i in range(meta.num_row_groups))
-        sizes.append(sum(c.total_uncompressed_size for g in groups for c in map(g.column, range(g.num_columns))
-                         if columns is None or c.path_in_schema.split(".")[0] in columns))
-    return sum(sizes) / len(sizes) if sizes else 0
-
-
-PARQUET = (".parq", ".parquet", ".pq")
-
-
 def gpu_workers(client=None) -> list[int]:
     """The device memory of each GPU worker of ``client``'s cluster (of this machine's GPUs without one)."""
     from distributed import get_client
