@@ -37,6 +37,8 @@ def gpu_worker_spec(
     env = {"CUDA_VISIBLE_DEVICES": ",".join(tokens[position:] + tokens[:position])}
     if "CUDA_DEVICE_ORDER" not in os.environ:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
+    if "RAPIDS_NO_INITIALIZE" not in os.environ:
+        env["RAPIDS_NO_INITIALIZE"] = "True"  # cuDF's import skips its device checks: the first task needs none
     device_limit = device_memory_bytes(options.device_memory_limit, device.memory_total)
     plugin = GPUWorker(
         device=device.describe(),

@@ -201,9 +201,9 @@ def test_the_gpu_backend_reads_even_partitions_sized_for_the_gpu(client, tmp_pat
         df.iloc[i * 10_000:(i + 1) * 10_000].to_parquet(tmp_path / f"part-{i}.parquet")
     stored = sum(f.stat().st_size for f in tmp_path.iterdir())
     with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": stored // 3}):
-        ddf = dd.read_parquet(str(tmp_path))
+        ddf = dd.read_parquet(str(tmp_path)).persist()
         assert type(ddf._meta).__module__.startswith("cudf") and ddf.npartitions == 3
-        assert [len(p) for p in client.compute(ddf.to_delayed(), sync=True)] == [20_000] * 3
+        assert ddf.map_partitions(len).compute().tolist() == [20_000] * 3
         same(ddf.compute().to_pandas().reset_index(drop=True), df.reset_index(drop=True))
         assert dd.read_parquet(str(tmp_path), blocksize=None).npartitions == 6  # dask-cudf's sizing, asked for
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2

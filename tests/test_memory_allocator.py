@@ -631,9 +631,10 @@ def test_gpu_managed(gpu):
 @pytest.mark.gpu
 def test_gpu_spill_on_oom(gpu):
     cupy = gpu
+    box = {}
     setup_allocator(resolve_allocator("pool", device_memory=device_memory(cupy)),
-                    spill=(spilling := holder(cupy, 3, GiB // 2))[1], describe=lambda: "3 arrays")
-    held = spilling[0]
+                    spill=lambda nbytes: box["spill"](nbytes), describe=lambda: "3 arrays")
+    held, box["spill"] = holder(cupy, 3, GiB // 2)  # from the pool just set up (cuDF may have left RMM's in place)
     cupy.get_default_memory_pool().free_all_blocks()  # blocks cached by earlier tests would serve the allocation
     cupy.get_default_memory_pool().set_limit(size=2 * GiB)  # a small "device", so the test stays modest
     before = allocator_metrics()

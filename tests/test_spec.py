@@ -60,6 +60,7 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
     assert opts["env"] == {
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import checks nothing: the worker's first task is sooner
     }
     assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
@@ -180,6 +181,7 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "OMP_NUM_THREADS": "1",
         "CUDA_VISIBLE_DEVICES": "2,0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "RAPIDS_NO_INITIALIZE": "True",
     }
     assert opts["plugins"][0] is other
     assert len(opts["plugins"]) == 2
