@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from dask_gpu import devices
-from dask_gpu.benchmarks import seed
+from dask_gpu.benchmarks import common, seed
 from dask_gpu.cli import gpu
 
 SMALL = ["--shape", "1200", "--chunks", "400"]
@@ -114,9 +114,9 @@ def test_a_gpu_run_past_its_time_is_cancelled_and_reported():
 
 def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installed(monkeypatch):
     one, two = [("1 CPU core", "cpu", 1), ("1 GPU", "gpu", 1)], [("2 GPUs", "gpu", 2), ("8 CPU cores", "cpu", 8)]
-    monkeypatch.setattr(seed, "find_spec", lambda name: None)
+    monkeypatch.setattr(common, "find_spec", lambda name: None)
     assert seed.default_protocol(two) == "tcp"
-    monkeypatch.setattr(seed, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
+    monkeypatch.setattr(common, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
     assert seed.default_protocol(two) == "ucx"
     assert seed.default_protocol(one) == "tcp"  # nothing moves between GPUs
 

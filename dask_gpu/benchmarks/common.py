@@ -78,6 +78,12 @@ def why_no_gpus(libraries=("cupy",), find=find_spec) -> str:
     return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed."
 
 
+def default_protocol(columns) -> str:
+    """UCX for several GPUs where distributed-ucxx is installed: GPU to GPU over NVLink, not sockets."""
+    several = any(kind not in ("cpu", "cudf") and count > 1 for _, kind, count in columns)
+    return "ucx" if several and find_spec("distributed_ucxx") else "tcp"
+
+
 def gpu_client(stack, kind: str, count: int, protocol: str):
     """A client of a GPU cluster of ``count`` workers, dask-gpu's or dask-cuda's, closed with ``stack``."""
     from distributed import Client

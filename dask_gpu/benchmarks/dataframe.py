@@ -29,10 +29,10 @@ from typing import Callable
 import dask
 import numpy as np
 
-from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, error_text, gpu_client,
-                                        gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table, scaling_lines)
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
+                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
+                                        scaling_lines)
 from dask_gpu.benchmarks.common import plot as bar_chart
-from dask_gpu.benchmarks.seed import default_protocol
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
 

@@ -27,8 +27,9 @@ import dask
 import dask.array as da
 
 from dask_gpu import devices  # noqa: F401  (tests replace devices.discover through this module)
-from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, error_text, gpu_client, gpu_columns,
-                                        gpu_counts, gpu_notes, run_columns, runs_table, scaling_lines)
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
+                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
+                                        scaling_lines)
 from dask_gpu.benchmarks.common import scaling  # noqa: F401  (seed.scaling, as before the dataframe suite)
 from dask_gpu.benchmarks.common import compute as _compute
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -98,12 +99,6 @@ def architectures(compare: str | None = None, gpus: str | None = None) -> list[t
     cores = os.cpu_count() or 1
     columns = [("1 CPU core", "cpu", 1), (f"{cores} CPU cores", "cpu", cores)]
     return columns + gpu_columns(gpu_counts(gpus, available_gpus(("cupy",), find_spec)), compare)
-
-
-def default_protocol(columns) -> str:
-    """UCX for several GPUs where distributed-ucxx is installed: GPU to GPU over NVLink, not sockets."""
-    several = any(kind != "cpu" and count > 1 for _, kind, count in columns)
-    return "ucx" if several and find_spec("distributed_ucxx") else "tcp"
 
 
 def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None,

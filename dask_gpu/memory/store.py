@@ -105,9 +105,7 @@ class DeviceHostDiskStore(MutableMapping):
             if dispatch.spills_itself(value):
                 self._aside[key] = value
             elif dispatch.is_device(value):
-                self._device[key] = value
-                self._hold(key, dispatch.device_buffers(value))
-                self._shrink(self.device_memory_limit)
+                self._keep_on_device(key, value)
             else:
                 self._host[key] = value
 
@@ -125,9 +123,7 @@ class DeviceHostDiskStore(MutableMapping):
             self._count("host-to-device", dispatch.device_nbytes(value), start)
             del self._host[key]
             self._spilled.discard(key)
-            self._device[key] = value
-            self._hold(key, dispatch.device_buffers(value))
-            self._shrink(self.device_memory_limit)
+            self._keep_on_device(key, value)
             return value
 
     def __delitem__(self, key) -> None:
@@ -154,6 +150,12 @@ class DeviceHostDiskStore(MutableMapping):
         return len(self._device) + len(self._aside) + len(self._host) - self._hidden
 
     # -- spilling -------------------------------------------------------------------
+
+    def _keep_on_device(self, key, value) -> None:
+        """``value`` in the device tier, most recently used; the least recently used leave past the limit."""
+        self._device[key] = value
+        self._hold(key, dispatch.device_buffers(value))
+        self._shrink(self.device_memory_limit)
 
     def spill(self, nbytes: int) -> int:
         """Move least recently used device data to the host until ``nbytes`` of device
