@@ -14,8 +14,9 @@ from dask.array.optimization import optimize as dask_optimize
 from distributed.protocol.serialize import ToPickle
 
 from dask_gpu import random
-from dask_gpu.array import distributions, optimization, plan
-from dask_gpu.array.plan import Call, DrawLeaf, Index, fused_reduce
+from dask_gpu.array import optimization, plan
+from dask_gpu.array.fused import fused_reduce
+from dask_gpu.array.plan import Call, DrawLeaf, Index
 
 gpu = pytest.mark.gpu
 
@@ -134,7 +135,7 @@ def test_slices_fold_into_draws_whatever_the_library():
     samples = [
         t for task in graph.values() if isinstance(task, Task) and task.func is _execute_subgraph
         for t in task.args[0].values()
-        if isinstance(t, Task) and t.func is distributions.sample
+        if isinstance(t, Task) and t.func is plan.sample
     ]
     assert len(samples) == 4 and all(t.args[1][0].step == 2 for t in samples)
 
@@ -279,3 +280,17 @@ def test_a_randomstate_block_with_a_computed_parameter_stays_a_task(monkeypatch)
     fast = y.compute()
     with dask.config.set({"gpu.array-optimize": False}):
         assert fast == pytest.approx(y.compute(), rel=1e-12)
+
+
+def test_dataframe_and_delayed_graphs_never_reach_the_gpu_pass(monkeypatch):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    def no(*args, **kwargs):
+        raise AssertionError("the GPU graph pass ran")
+
+    monkeypatch.setattr(optimization, "rewrite", no)
+    df = dd.from_pandas(pd.DataFrame({"s": np.arange(100) % 7, "x": np.arange(100.0)}), npartitions=4)
+    assert df.groupby("s").x.sum().compute().sum() == 4950
+    assert dask.delayed(sum)([1, 2, 3]).compute() == 6
+    assert float(da.ones(100, chunks=10).sum().compute()) == 100  # NumPy chunks: dask's own graph, untouched

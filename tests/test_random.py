@@ -8,7 +8,7 @@ import scipy.special
 import scipy.stats
 
 from dask_gpu import random
-from dask_gpu.array import distributions
+from dask_gpu.array import distributions, plan
 from dask_gpu.array.distributions import Draw, NumpyOps
 
 gpu = pytest.mark.gpu
@@ -144,8 +144,8 @@ def test_gpu_values_are_bit_identical_to_the_cpu(method):
     dtype = np.dtype(np.int64 if method == "integers" else np.float64)
     draw = Draw((12345, 678), 3, method, params, (3000, 2000), dtype)
     for region in [distributions.whole(draw.shape), (range(7, 2999, 2), range(1999, 3, -3))]:
-        cpu = distributions.sample(draw, region)
-        on_gpu = distributions.sample(Draw(**{**draw.__dict__, "library": "cupy"}), region)
+        cpu = plan.sample(draw, region)
+        on_gpu = plan.sample(Draw(**{**draw.__dict__, "library": "cupy"}), region)
         assert isinstance(on_gpu, cupy.ndarray) and np.array_equal(cpu, on_gpu.get())
 
 
@@ -168,3 +168,17 @@ def test_the_backend_default_rng_draws_blocks_with_philox():
     assert type(block).__module__.startswith("cupy")
     assert abs(float(x.mean().compute()) - 10) < 5e-3 and abs(float(x.std().compute()) - 1) < 5e-3
     assert float(gamma.min().compute()) > 0
+
+
+def test_numpy_chunks_on_a_gpu_cluster_say_how_to_get_cupy_ones(simulate):
+    from distributed import Client, LocalCluster
+
+    from dask_gpu import LocalCUDACluster
+
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster):
+        with pytest.warns(UserWarning, match=r"dask.config.set\(\{'array.backend': 'gpu'\}\) makes CuPy chunks"):
+            x = random.default_rng(1).normal(size=(10,), chunks=5)
+        assert type(x._meta) is np.ndarray
+    with LocalCluster(n_workers=1, dashboard_address=":0", processes=False) as cluster, Client(cluster):
+        random.default_rng(1).normal(size=(10,), chunks=5)  # no GPU workers: nothing to say (warnings are errors)

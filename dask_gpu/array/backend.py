@@ -12,7 +12,7 @@ from importlib.util import find_spec
 
 from dask.array.cupy_entry_point import CupyBackendEntrypoint
 
-from dask_gpu import random
+from dask_gpu.array import random
 
 
 class GPUBackendEntrypoint(CupyBackendEntrypoint):

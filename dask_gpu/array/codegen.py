@@ -351,7 +351,7 @@ def leaf_args(kind, value) -> list:
 
 
 def sample(draw, region):
-    """``distributions.sample`` on the GPU: the values of ``draw`` at ``region``, as CuPy."""
+    """The values of ``draw`` at ``region``, drawn on the GPU, as CuPy (:func:`~dask_gpu.array.plan.sample`)."""
     import cupy
 
     shape = tuple(len(r) for r in region)

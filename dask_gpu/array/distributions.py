@@ -270,12 +270,8 @@ def _mulhi64(a: np.ndarray, b: int) -> np.ndarray:
 SLAB = 1 << 16  # elements per NumPy pass: keeps the temporaries in cache
 
 
-def sample(draw: Draw, region: tuple[range, ...]):
-    """The values of ``draw`` at ``region`` (global indices, one range per axis)."""
-    if draw.library == "cupy":
-        from dask_gpu.array import codegen
-
-        return codegen.sample(draw, region)
+def numpy_values(draw: Draw, region: tuple[range, ...]) -> np.ndarray:
+    """The values of ``draw`` at ``region`` (global indices, one range per axis), drawn by NumPy."""
     out = np.empty(tuple(len(r) for r in region), dtype=draw.dtype)
     if out.size == 0:
         return out

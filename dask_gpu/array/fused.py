@@ -1,5 +1,8 @@
 """Running a fused reduction plan on the GPU (see :mod:`dask_gpu.array.optimization`).
 
+:func:`fused_reduce` is what a rewritten task runs: one kernel for CuPy inputs, the plan's
+operations one by one (:func:`~dask_gpu.array.plan.evaluate`) otherwise.
+
 Slices move to the inputs (elementwise operations commute with them): a CuPy input becomes
 a strided view, a draw a smaller region. The expression over those inputs becomes one kernel
 (:mod:`~dask_gpu.array.codegen`), cached by its structure, so a graph of thousands of chunks
@@ -14,7 +17,20 @@ import numpy as np
 
 from dask_gpu.array import codegen, distributions
 from dask_gpu.array.codegen import Unsupported
-from dask_gpu.array.plan import Call, DrawLeaf, Index, Leaf, Plan
+from dask_gpu.array.plan import Call, DrawLeaf, Index, Leaf, Plan, _is_cupy, evaluate, reseeded_random
+
+
+def fused_reduce(plan: Plan, *leaves):
+    """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
+    leaves = tuple(reseeded_random(*leaf) if kind == "seeded" else leaf for kind, leaf in zip(plan.kinds, leaves))
+    on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
+              for kind, leaf in zip(plan.kinds, leaves))
+    if all(on_gpu):
+        try:
+            return reduce(plan, leaves)
+        except Unsupported:
+            pass
+    return evaluate(plan, leaves)
 
 
 def reduce(plan: Plan, leaves):

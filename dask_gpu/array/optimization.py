@@ -31,20 +31,10 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.utils import ensure_dict
 
 from dask_gpu.array import distributions
-from dask_gpu.array.plan import (
-    AsType,
-    Call,
-    DrawLeaf,
-    Index,
-    Leaf,
-    Plan,
-    _cupy_module,
-    _is_cupy,
-    fused_reduce,
-    in_band,
-)
+from dask_gpu.array.fused import fused_reduce
+from dask_gpu.array.plan import AsType, Call, DrawLeaf, Index, Leaf, Plan, _cupy_module, _is_cupy, in_band, sample
+from dask_gpu.array.random import Philox, default_rng
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.random import Philox, default_rng
 
 # Python's operators as dask's elementwise tasks call them; a Sym answers each as NumPy's ufunc.
 ELEMENTWISE = frozenset(
@@ -140,7 +130,7 @@ def _getitem(task: Task):
 
 def as_draw(task: Task):
     """``(Draw, region)`` when ``task`` makes counter-based random values, else None."""
-    if task.func is distributions.sample and not task.kwargs:
+    if task.func is sample and not task.kwargs:
         draw, region = map(_plain, task.args)
         return draw, region
     if task.func is _apply_random_func and _plain(task.args[0]) is Philox:
@@ -340,7 +330,7 @@ def _worth_it(expr) -> bool:
 
 def _fold_slices(task: Task) -> Task:
     """``task`` (a fused one) with each slice of a draw in it drawn directly."""
-    sources = (distributions.sample, _apply_random_func)
+    sources = (sample, _apply_random_func)
     if not any(isinstance(t, Task) and t.func in sources for t in task.args[0].values()):
         return task
     inner = dict(task.args[0])
@@ -379,7 +369,7 @@ def _sliced_draw(task, graph):
 
 def _drawn_slice(key, getitem_task, draw_task):
     draw, region = as_draw(draw_task)
-    return Task(key, distributions.sample, draw, distributions.compose(region, _getitem(getitem_task)))
+    return Task(key, sample, draw, distributions.compose(region, _getitem(getitem_task)))
 
 
 BATCH = 64  # chunk steps per scheduler task: tens of milliseconds of GPU work against a few of scheduling
@@ -487,4 +477,4 @@ def _worth_a_look(dsk) -> bool:
 def _draws(task: Task) -> bool:
     if task.func is _execute_subgraph:
         return any(isinstance(t, Task) and _draws(t) for t in task.args[0].values())
-    return task.func is distributions.sample
+    return task.func is sample

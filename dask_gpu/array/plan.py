@@ -1,10 +1,10 @@
-"""What a task rewritten by :mod:`dask_gpu.array.optimization` runs, and the plan it carries.
+"""The plan a task rewritten by :mod:`dask_gpu.array.optimization` carries, and what runs it op by op.
 
 A :class:`Plan` is a chunk's chain as a tree: elementwise calls (:class:`Call`), slices
 (:class:`Index`) and leaves, the task's other arguments (:class:`Leaf`, or :class:`DrawLeaf`
-for values drawn where they are read), under a reduction. :func:`fused_reduce` runs it as one
-GPU kernel when its inputs are CuPy (:mod:`dask_gpu.array.fused`), and as the original
-operations, one by one, otherwise.
+for values drawn where they are read), under a reduction. :func:`evaluate` runs it as dask
+would have, one operation after another; :mod:`dask_gpu.array.fused` runs it as one GPU kernel.
+:func:`sample` is the task of a random block: the values of a draw, on the library it names.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import threading
 
 import numpy as np
 
-from dask_gpu.array import distributions
-from dask_gpu.array.codegen import Unsupported
+from dask_gpu.array import codegen, distributions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,21 +62,6 @@ class Plan:
     kinds: tuple  # of each leaf: "draw" (a (Draw, region) pair), "seeded" (reseeded_random's arguments) or "value"
 
 
-def fused_reduce(plan: Plan, *leaves):
-    """What the rewritten task runs: one kernel for CuPy inputs, the original operations otherwise."""
-    leaves = tuple(reseeded_random(*leaf) if kind == "seeded" else leaf for kind, leaf in zip(plan.kinds, leaves))
-    on_gpu = (leaf[0].library == "cupy" if kind == "draw" else np.isscalar(leaf) or _is_cupy(leaf)
-              for kind, leaf in zip(plan.kinds, leaves))
-    if all(on_gpu):
-        from dask_gpu.array import fused
-
-        try:
-            return fused.reduce(plan, leaves)
-        except Unsupported:
-            pass
-    return evaluate(plan, leaves)
-
-
 def evaluate(plan: Plan, leaves):
     """The chain computed as dask would have: each operation on whole arrays, then the chunk step."""
     value = _value(plan.expr, leaves)
@@ -91,12 +75,19 @@ def _value(expr, leaves):
     if isinstance(expr, Leaf):
         return leaves[expr.position]
     if isinstance(expr, DrawLeaf):
-        return distributions.sample(*leaves[expr.position])
+        return sample(*leaves[expr.position])
     if isinstance(expr, Index):
         return _value(expr.child, leaves)[expr.index]
     if isinstance(expr, Call):
         return expr.func(*(_value(a, leaves) for a in expr.args))
     return expr  # a constant
+
+
+def sample(draw: distributions.Draw, region: tuple[range, ...]):
+    """The values of ``draw`` at ``region`` (global indices, one range per axis): CuPy's for a CuPy draw."""
+    if draw.library == "cupy":
+        return codegen.sample(draw, region)
+    return distributions.numpy_values(draw, region)
 
 
 _generators = threading.local()

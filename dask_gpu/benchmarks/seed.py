@@ -195,13 +195,3 @@ def table(result: dict) -> str:
 def plot(result: dict, path: str) -> None:
     """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
     bar_chart(result, path, f"n = {result['shape']}, chunks {result['chunks']}")
-
-
-def main(argv=None):
-    from dask_gpu.cli import bench
-
-    bench.main(argv, standalone_mode=True)
-
-
-if __name__ == "__main__":
-    main()
