@@ -4,6 +4,7 @@ from dask_gpu import config as _config  # noqa: F401  (registers the gpu.* defau
 from dask_gpu.array import install as _install_array_optimization
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.devices import Device, NoGPUError, State, System, discover
+from dask_gpu.launch import CUDAWorker
 from dask_gpu.memory.allocator import DeviceMemoryError
 from dask_gpu.memory.dispatch import HostCopy, register_device_type
 from dask_gpu.memory.stats import memory_stats
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 _install_array_optimization()
 
 __all__ = [
+    "CUDAWorker",
     "Device",
     "DeviceMemoryError",
     "HostCopy",

@@ -6,8 +6,6 @@ import asyncio
 import functools
 import json
 import math
-import os
-import socket
 import sys
 from importlib.util import find_spec
 
@@ -19,10 +17,61 @@ _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
 
 def _seconds(ctx, param, value):
-    """A positive, finite number of seconds (click's float takes nan, inf and negatives)."""
-    if value is not None and not 0 < value < math.inf:
-        raise click.BadParameter(f"{value!r} is not a number of seconds > 0")
-    return value
+    """A positive, finite number of seconds: "60", or with a unit as dask writes them ("60s", "1 minute")."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            from dask.utils import parse_timedelta
+
+            seconds = parse_timedelta(value)
+        except (ValueError, KeyError, TypeError, IndexError):  # dask's parser raises IndexError for ""
+            seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise click.BadParameter(f"{value!r} is not a number of seconds > 0, like 60 or '1 minute'")
+    return seconds
+
+
+def _libraries(ctx, param, value):
+    """--set-rmm-allocator-for-libs: comma-separated names among cupy and torch."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    wrong = [n for n in names if n not in ("cupy", "torch")]
+    if wrong or not names:
+        raise click.BadParameter(f"{value!r}: give libraries among cupy, torch, comma-separated (e.g. cupy,torch)")
+    return names
+
+
+# Flags of older dask-cuda versions: what to do instead.
+_RETIRED_FLAGS = {
+    "--enable-jit-unspill": "JIT-unspilling is gone (dask-cuda 26.10 has none either); dask-gpu's device tier spills "
+                            "and unspills device objects itself: drop it",
+    "--disable-jit-unspill": "dask-gpu has no JIT-unspilling to disable: drop it",
+    "--shared-filesystem": "it configured JIT-unspilling, which dask-gpu has no need of: drop it",
+    "--no-shared-filesystem": "it configured JIT-unspilling, which dask-gpu has no need of: drop it",
+    "--net-devices": "UCX picks its network devices; set UCX_NET_DEVICES in the environment to choose: drop it",
+}
+
+
+def _preload_argv(ctx, param, value):
+    """Arguments for the --preload modules (as dask worker takes them); an unknown option is an error that
+    says what to use instead, or the closest option, rather than an argument passed on."""
+    import difflib
+
+    from distributed.preloading import validate_preload_argv
+
+    flags = [f for p in ctx.command.params for f in (*p.opts, *p.secondary_opts) if f.startswith("--")]
+    scheduler = ctx.params.get("scheduler") or ""
+    for i, arg in enumerate([scheduler, *value]):
+        flag = arg.split("=", 1)[0]
+        if flag in _RETIRED_FLAGS:
+            raise click.UsageError(f"{flag} is a flag of older dask-cuda versions: {_RETIRED_FLAGS[flag]}", ctx)
+        if flag.startswith("-") and (i == 0 or not ctx.params.get("preload")):  # not an address; not a preload's
+            raise click.NoSuchOption(flag, possibilities=difflib.get_close_matches(flag, flags, n=1), ctx=ctx)
+    return validate_preload_argv(ctx, param, value)
 
 
 @click.group(name="gpu")
@@ -30,13 +79,18 @@ def gpu():
     """Dask on NVIDIA GPUs: workers, device information, benchmarks."""
 
 
-@gpu.command(name="worker", context_settings={"show_default": True})
+@gpu.command(name="worker", context_settings={"show_default": True, "ignore_unknown_options": True})
 @click.argument("scheduler", required=False)
+@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED, callback=_preload_argv)
 @click.option("--scheduler-file", help="File with the scheduler's address (dask scheduler --scheduler-file).")
 @click.option("--cuda-visible-devices", "visible", help="GPUs to use (indices or UUIDs); default: all visible.")
 @click.option("--nthreads", type=int, help="Threads per GPU worker [config gpu.nthreads: 1].")
-@click.option("--memory-limit", help="Host memory per worker: bytes, '16GB', or 'auto' (split the machine evenly).")
-@click.option("--device-memory-limit", help="Device memory per worker: bytes, '16GB', a fraction 0-1, or 'auto'.")
+@click.option("--memory-limit", default="default",
+              help="Host memory per worker: bytes, '16GB', 'auto' (split the machine evenly), 0 (no limit), or "
+                   "'default' (config gpu.memory-limit: auto).")
+@click.option("--device-memory-limit", default="default",
+              help="Device memory per worker: bytes, '16GB', a fraction 0-1, 'auto' (the whole device), 0 (no device "
+                   "tier), or 'default' (config gpu.device-memory-limit: 0.8).")
 @click.option("--resources", help="Extra resources per GPU worker, e.g. 'MEM=10e9 FOO=2'; GPU=1 is always set.")
 @click.option("--name", help="Worker name prefix; each worker is named PREFIX-gpu-N [default: host name].")
 @click.option("--host", help="Host (IP or name) the workers listen on.")
@@ -47,22 +101,29 @@ def gpu():
 @click.option("--listen-address", help="Address a single worker listens on, e.g. tcp://0.0.0.0:9000.")
 @click.option("--contact-address", help="Address a single worker advertises (with --listen-address), e.g. behind NAT.")
 @click.option("--local-directory", help="Directory for scratch space and spill files.")
-@click.option("--preload", multiple=True, help="Module or file each worker preloads (repeatable).")
+@click.option("--preload", multiple=True, is_eager=True, help="Module or file each worker preloads (repeatable).")
 @click.option("--pre-import", help="Modules each worker imports before its first task, comma-separated.")
-@click.option("--death-timeout", type=float, callback=_seconds, help="Seconds to wait for a scheduler before exiting.")
+@click.option("--death-timeout", callback=_seconds,
+              help="Seconds (or '1 minute') to wait for the scheduler; past it the command exits with code 1.")
 @click.option("--pid-file", type=click.Path(dir_okay=False), help="Write this process's id here while it runs.")
 @click.option("--dashboard/--no-dashboard", default=True, help="Serve each worker's dashboard.")
 @click.option("--dashboard-address", default=":0", help="Address of each worker's dashboard.")
+@click.option("--dashboard-prefix", help="Prefix of each worker's dashboard pages, e.g. /worker.")
 @click.option("--cpu-affinity/--no-cpu-affinity", default=None, help="Pin each worker to the cores nearest its GPU.")
 @click.option("--tls-ca-file", type=_pem, help="CA certificate for TLS.")
 @click.option("--tls-cert", type=_pem, help="Worker certificate for TLS.")
 @click.option("--tls-key", type=_pem, help="Worker private key for TLS.")
+@click.option("--worker-class", help="Worker (or Nanny) subclass each worker runs, e.g. mypackage.MyWorker.")
+@click.option("--multiprocessing-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+              help="How each Nanny starts its worker process.")
 @click.option("--allocator", type=click.Choice(["pool", "async", "managed", "rmm"]),
               help="Device allocator: CuPy's pool, cudaMallocAsync, managed memory, or RMM [default: pool].")
 @click.option("--rmm-pool-size", help="Initial RMM pool size: bytes, '16GB' or a fraction of the device.")
 @click.option("--rmm-maximum-pool-size", help="Largest RMM pool size: bytes, '16GB' or a fraction of the device.")
 @click.option("--rmm-managed-memory/--no-rmm-managed-memory", default=None, help="RMM over CUDA managed memory.")
 @click.option("--rmm-async/--no-rmm-async", default=None, help="RMM over cudaMallocAsync.")
+@click.option("--set-rmm-allocator-for-libs", "rmm_allocator_external_lib_list", callback=_libraries,
+              help="Libraries that allocate through RMM, comma-separated from cupy, torch [default: both, with RMM].")
 @click.option("--rmm-release-threshold", help="Bytes the async pool keeps before releasing memory (async only).")
 @click.option("--rmm-log-directory", help="Directory for RMM allocation logs, one file per worker.")
 @click.option("--rmm-track-allocations/--no-rmm-track-allocations", default=None, help="Track RMM allocations.")
@@ -73,48 +134,40 @@ def gpu():
 @click.option("--enable-nvlink/--disable-nvlink", default=None, help="UCX over NVLink (--protocol ucx).")
 @click.option("--enable-infiniband/--disable-infiniband", default=None, help="UCX over InfiniBand (--protocol ucx).")
 @click.option("--enable-rdmacm/--disable-rdmacm", default=None, help="RDMA connection manager (--protocol ucx).")
-def worker(scheduler, scheduler_file, visible, name, worker_port, nanny_port, listen_address, contact_address,
-           pid_file, tls_ca_file, tls_cert, tls_key, **options):
-    """Start one worker per visible GPU, attached to SCHEDULER (e.g. tcp://host:8786)."""
-    from dask_gpu.launch import apportion_ports, run_nannies, worker_specs
+def worker(scheduler, preload_argv, visible, tls_ca_file, tls_cert, tls_key, multiprocessing_method, **options):
+    """Start one worker per visible GPU, attached to SCHEDULER (e.g. tcp://host:8786). Arguments after the
+    options go to the --preload modules, as with dask worker."""
+    import dask
 
-    if not scheduler and not scheduler_file:
+    from dask_gpu.launch import CUDAWorker, serve
+
+    scheduler = scheduler or (None if options["scheduler_file"] else dask.config.get("scheduler-address", None))
+    if not scheduler and not options["scheduler_file"]:
         raise click.UsageError("give the scheduler's address (dask gpu worker tcp://host:8786) or --scheduler-file")
-    if contact_address and not listen_address:
-        raise click.UsageError("--contact-address needs --listen-address")
-    if listen_address and (worker_port or options["host"]):
-        raise click.UsageError("--listen-address already names the host and port: drop --host/--worker-port")
-    security = _security(tls_ca_file, tls_cert, tls_key)
+    options = {k: v for k, v in options.items() if v is not None}
     try:
-        specs = worker_specs(visible, name or socket.gethostname(), security=security, **options)
-        if listen_address and len(specs) > 1:
-            raise ValueError(
-                f"--listen-address names one address, and {len(specs)} GPU workers need one each: "
-                "use --host with --worker-port ranges, or --cuda-visible-devices to start one GPU"
-            )
-        ports = apportion_ports(worker_port, nanny_port, len(specs))
-    except (ValueError, devices.NoGPUError) as e:
+        security = _security(tls_ca_file, tls_cert, tls_key)
+        workers = CUDAWorker(scheduler, CUDA_VISIBLE_DEVICES=visible, security=security,
+                             preload_argv=list(preload_argv) or None, **options)
+    except (ValueError, TypeError, devices.NoGPUError) as e:
         raise click.UsageError(str(e)) from None
-    extra = {"listen_address": listen_address, "contact_address": contact_address} if listen_address else {}
-    if pid_file:
-        with open(pid_file, "w") as f:
-            f.write(str(os.getpid()))
-    try:
-        code = asyncio.run(run_nannies(scheduler, scheduler_file, specs, ports, extra))
-    finally:
-        if pid_file and os.path.exists(pid_file):
-            os.remove(pid_file)
+    if multiprocessing_method == "forkserver":
+        import multiprocessing.forkserver
+
+        multiprocessing.forkserver.ensure_running()
+    with dask.config.set({"distributed.worker.multiprocessing-method": multiprocessing_method}):
+        code = asyncio.run(serve(workers))
     sys.exit(code)
 
 
-def _security(ca, cert, key):
+def _security(ca, cert, key, role="worker"):
     if not (ca or cert or key):
         return None  # distributed's own configuration decides
     if not (ca and cert and key):
         raise click.UsageError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
     from distributed.security import Security
 
-    return Security(tls_ca_file=ca, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
+    return Security(tls_ca_file=ca, require_encryption=True, **{f"tls_{role}_cert": cert, f"tls_{role}_key": key})
 
 
 @gpu.command(name="info")
@@ -131,21 +184,28 @@ def info(as_json):
 @gpu.command(name="config")
 @click.argument("scheduler", required=False)
 @click.option("--scheduler-file", help="File with the scheduler's address.")
+@click.option("--tls-ca-file", type=_pem, help="CA certificate for TLS.")
+@click.option("--tls-cert", type=_pem, help="Client certificate for TLS.")
+@click.option("--tls-key", type=_pem, help="Client private key for TLS.")
 @click.option("--timeout", default="10s", show_default=True, help="How long to try to reach the scheduler.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def config(scheduler, scheduler_file, timeout, as_json):
-    """Show each worker's configuration in the running cluster at SCHEDULER."""
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per worker) instead of a table.")
+def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, as_json):
+    """Show the running cluster at SCHEDULER (default: the scheduler-address configuration) and each worker's
+    configuration."""
+    import dask
     from distributed import Client
 
+    scheduler = scheduler or (None if scheduler_file else dask.config.get("scheduler-address", None))
     if not scheduler and not scheduler_file:
-        raise click.UsageError("give the scheduler's address or --scheduler-file")
+        raise click.UsageError("give the scheduler's address, --scheduler-file, or the scheduler-address configuration")
+    security = _security(tls_ca_file, tls_cert, tls_key, role="client")
     try:
-        with Client(scheduler, scheduler_file=scheduler_file, timeout=timeout) as client:
-            workers = client.run(report.worker_dict)
+        with Client(scheduler, scheduler_file=scheduler_file, timeout=timeout, security=security) as client:
+            rows = report.workers_rows(client)
+            cluster = None if as_json else report.cluster_dict(client)
     except (OSError, TimeoutError, ValueError) as e:
         raise click.ClickException(f"could not reach the scheduler at {scheduler or scheduler_file}: {e}") from None
-    rows = [workers[address] for address in sorted(workers, key=lambda a: str(workers[a]["name"]))]
-    click.echo(json.dumps(rows, indent=2) if as_json else report.workers_text(rows))
+    click.echo(json.dumps(rows, indent=2) if as_json else report.cluster_text(cluster, rows))
 
 
 @gpu.command(name="bench")

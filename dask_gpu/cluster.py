@@ -16,13 +16,14 @@ from distributed.core import Status
 from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import config, devices
+from dask_gpu import config, devices, keywords
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.options import WorkerOptions, parse_count, parse_saturation
+from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit, parse_count, parse_saturation
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
+from dask_gpu.ucx import implied_protocol
 
 logger = logging.getLogger("dask_gpu")
 
@@ -52,7 +53,9 @@ class LocalCUDACluster(SpecCluster):
     Each worker is a Nanny-managed process whose ``CUDA_VISIBLE_DEVICES`` puts its
     own GPU first, with ``nthreads=1``, ``resources={"GPU": 1}``, and its process
     pinned to the CPU cores nearest its GPU. Keywords left as None fall back to
-    the ``gpu.*`` configuration (``gpu.yaml``).
+    the ``gpu.*`` configuration (``gpu.yaml``); the memory limits do so as "default".
+    It takes every keyword of dask-cuda 26.10's LocalCUDACluster, with its meaning
+    (docs/migrating-from-dask-cuda.md).
 
     Parameters
     ----------
@@ -61,9 +64,13 @@ class LocalCUDACluster(SpecCluster):
         Default: the environment variable, else every GPU.
     n_workers: int, optional
         GPU workers to start (default: one per visible device).
-    threads_per_worker, memory_limit, device_memory_limit, local_directory,
-    protocol, pre_import, resources:
-        Per-worker options; see ``dask_gpu.options``.
+    threads_per_worker, local_directory, protocol, pre_import, resources:
+        Per-worker options; see ``dask_gpu.options``. A UCX transport turned on with no
+        protocol named means ``protocol="ucx"``, as in dask-cuda.
+    memory_limit, device_memory_limit:
+        Host and device memory per worker, as in dask-cuda: bytes, "16GB", a fraction, "auto"
+        (host: the machine split evenly; device: the whole device), None, 0 or False for no
+        limit (no device tier; no spilling to disk), "default" for the ``gpu.*`` configuration.
     cpu_workers: int, optional
         CPU-only workers started beside the GPU ones. They see no GPU and have no
         ``GPU`` resource, so tasks annotated ``resources={"GPU": 1}`` run on GPU
@@ -81,6 +88,12 @@ class LocalCUDACluster(SpecCluster):
     enable_cudf_spill, cudf_spill_stats: optional
         cuDF's own spilling of its frames (and its statistics level), in each worker and in
         this process; the workers' memory tiers then leave cuDF frames to cuDF.
+    rmm_allocator_external_lib_list: str or list, optional
+        With RMM, the libraries ("cupy", "torch") that allocate through it (default: both).
+    log_spilling: bool, optional
+        Log each move between a worker's device and host tiers (``distributed.worker``, INFO).
+    worker_class: type or str, optional
+        A Worker subclass that each Nanny runs, or a Nanny subclass to run instead of Nanny.
     security: Security or True, optional
         TLS settings; True makes temporary self-signed credentials.
     worker_saturation: float or "inf", optional
@@ -90,7 +103,9 @@ class LocalCUDACluster(SpecCluster):
         leaves its GPU idle; distributed's own 1.1 suits CPU work.
     **kwargs:
         SpecCluster's keywords (``name``, ``shutdown_on_close``, ...) go to the
-        cluster; any other keyword goes to every worker (e.g. ``death_timeout``).
+        cluster; Nanny's and Worker's (``death_timeout``, ``data``, ...) to every worker;
+        LocalCluster's ``processes=True`` and ``worker_dashboard_address`` are understood.
+        Any other keyword is a TypeError that names it, before anything starts.
     """
 
     def __init__(
@@ -98,11 +113,27 @@ class LocalCUDACluster(SpecCluster):
         CUDA_VISIBLE_DEVICES=None,
         n_workers=None,
         threads_per_worker=None,
-        memory_limit=None,
-        device_memory_limit=None,
+        memory_limit="default",
+        device_memory_limit="default",
+        enable_cudf_spill=None,
+        cudf_spill_stats=None,
         local_directory=None,
         protocol=None,
+        enable_tcp_over_ucx=None,
+        enable_infiniband=None,
+        enable_nvlink=None,
+        enable_rdmacm=None,
+        rmm_pool_size=None,
+        rmm_maximum_pool_size=None,
+        rmm_managed_memory=None,
+        rmm_async=None,
+        rmm_allocator_external_lib_list=None,
+        rmm_release_threshold=None,
+        rmm_log_directory=None,
+        rmm_track_allocations=None,
+        log_spilling=None,
         pre_import=None,
+        *,
         dashboard_address=None,
         resources=None,
         cpu_workers=None,
@@ -114,16 +145,8 @@ class LocalCUDACluster(SpecCluster):
         silence_logs=logging.WARN,
         scheduler_kwargs=None,
         allocator=None,
-        rmm_pool_size=None,
-        rmm_maximum_pool_size=None,
-        rmm_managed_memory=None,
-        rmm_async=None,
-        rmm_release_threshold=None,
-        rmm_log_directory=None,
-        rmm_track_allocations=None,
         worker_saturation=None,
-        enable_cudf_spill=None,
-        cudf_spill_stats=None,
+        worker_class=None,
         **kwargs,
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
@@ -137,15 +160,17 @@ class LocalCUDACluster(SpecCluster):
         security = Security.temporary() if security is True else security or Security()
         if not isinstance(security, Security):
             raise TypeError(f"security must be a distributed.Security or True, not {type(security).__name__}")
-        protocol = protocol or ("tls" if security.require_encryption else None)
+        transports = dict(enable_tcp_over_ucx=enable_tcp_over_ucx, enable_infiniband=enable_infiniband,
+                          enable_nvlink=enable_nvlink, enable_rdmacm=enable_rdmacm)
+        protocol = implied_protocol(protocol, transports) or ("tls" if security.require_encryption else None)
         if host is None and not interface:
             host = "127.0.0.1"  # nobody else can join unless asked
 
         cluster_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CLUSTER_KEYWORDS}
         self.options = WorkerOptions.resolve(
             nthreads=threads_per_worker,
-            memory_limit=memory_limit,
-            device_memory_limit=device_memory_limit,
+            memory_limit=keyword_limit(memory_limit),
+            device_memory_limit=keyword_limit(device_memory_limit),
             resources=resources,
             local_directory=local_directory,
             pre_import=pre_import,
@@ -155,23 +180,27 @@ class LocalCUDACluster(SpecCluster):
             interface=interface,
             security=security,
             silence_logs=silence_logs,
-            dashboard=False,
             allocator=allocator,
             rmm_pool_size=rmm_pool_size,
             rmm_maximum_pool_size=rmm_maximum_pool_size,
             rmm_managed_memory=rmm_managed_memory,
             rmm_async=rmm_async,
+            rmm_allocator_external_lib_list=rmm_allocator_external_lib_list,
             rmm_release_threshold=rmm_release_threshold,
             rmm_log_directory=rmm_log_directory,
             rmm_track_allocations=rmm_track_allocations,
             enable_cudf_spill=enable_cudf_spill,
             cudf_spill_stats=cudf_spill_stats,
-            **kwargs,
+            log_spilling=log_spilling,
+            worker_class=worker_class,
+            **transports,
+            **local_cluster_keywords(kwargs),
         )
+        keywords.check(self.options.extra, "LocalCUDACluster", _OWN_KEYWORDS, self.options.worker_class)
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             spill_cudf(True, self.options.cudf_spill_stats)
-        if self.options.ucx:
-            dask.config.set({"distributed-ucxx": dict(self.options.ucx)})  # the scheduler and clients here too
+        if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
+            dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
         self._gpu_names = {d.label for _, d in self.devices}
 
@@ -245,6 +274,27 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
+
+
+_OWN_KEYWORDS = ((set(inspect.signature(LocalCUDACluster).parameters) - {"kwargs"}) | _CLUSTER_KEYWORDS | KEYWORDS
+                 | {"processes", "worker_dashboard_address"})
+
+
+def local_cluster_keywords(kwargs: dict) -> dict:
+    """The worker keywords, with LocalCluster's own (that a LocalCluster user may pass) in dask-gpu's terms.
+
+    ``processes=True`` is what dask-gpu does anyway; ``processes=False`` cannot give each worker its
+    own GPU. ``worker_dashboard_address`` serves each worker's dashboard there.
+    """
+    worker = dict(kwargs)
+    if not worker.pop("processes", True):
+        raise ValueError("processes=False: each GPU worker needs a process of its own (its CUDA_VISIBLE_DEVICES); "
+                         "drop processes=, or use distributed.LocalCluster for threads in one process")
+    dashboard = worker.pop("worker_dashboard_address", None)
+    worker.setdefault("dashboard", dashboard is not None)
+    if dashboard is not None:
+        worker["dashboard_address"] = dashboard
+    return worker
 
 
 def on_host(address, host: str | None):

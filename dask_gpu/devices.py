@@ -274,7 +274,12 @@ def _affinity(nvml, handle) -> tuple[int, ...]:
         mask = nvml.nvmlDeviceGetCpuAffinity(handle, words)
     except nvml.NVMLError:
         return ()
-    return tuple(64 * w + b for w, bits in enumerate(mask) for b in range(64) if int(bits) >> b & 1)
+    return tuple(unpack_bitmask(mask))
+
+
+def unpack_bitmask(words, bits: int = 64) -> list[int]:
+    """The positions of the set bits of ``words`` (least significant word first): [1 + 2 + 8] -> [0, 1, 3]."""
+    return [bits * w + b for w, mask in enumerate(words) for b in range(bits) if int(mask) >> b & 1]
 
 
 def _text(value) -> str:
@@ -349,6 +354,22 @@ def select(system: System, visible=None) -> list[tuple[str, Device]]:
             )
         first[device.uuid] = token
     return selected
+
+
+def find(device, system: System | None = None) -> Device:
+    """The device that an index (0 or "0"), a ``GPU-``/``MIG-`` UUID or a UUID prefix names."""
+    (token,) = parse_visible_devices([device])
+    return _find((system or discover()).require(), token)
+
+
+def own_device(system: System | None = None) -> Device:
+    """This process's device: the first of its ``CUDA_VISIBLE_DEVICES`` (a worker's own GPU), else device 0."""
+    return find(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0", system)
+
+
+def rotate(tokens: Sequence[str], position: int) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for the worker of ``tokens[position]``: its own device first, then the others."""
+    return ",".join([*tokens[position:], *tokens[:position]])
 
 
 def _find(system: System, token: str) -> Device:

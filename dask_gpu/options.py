@@ -7,6 +7,7 @@ the spec builder, the cluster and the CLI only read the result.
 from __future__ import annotations
 
 import difflib
+import inspect
 import importlib.util
 import math
 import os
@@ -20,6 +21,8 @@ import dask
 from dask.utils import byte_sizes
 
 from dask_gpu import config
+from dask_gpu.keywords import parse_worker_class
+from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, parse_protocol, parse_ucx, usable_protocol
 
 ALLOCATOR_KEYS = (
     "allocator",
@@ -30,6 +33,7 @@ ALLOCATOR_KEYS = (
     "rmm_release_threshold",
     "rmm_log_directory",
     "rmm_track_allocations",
+    "rmm_allocator_external_lib_list",
 )
 
 
@@ -50,6 +54,8 @@ class WorkerOptions:
     # cuDF's own spilling (dask-cuda's enable_cudf_spill, cudf_spill_stats): cuDF then moves its frames itself.
     cudf_spill: bool = False
     cudf_spill_stats: int = 0
+    log_spilling: bool = False  # log each move between the device and host tiers (dask-cuda's log_spilling)
+    worker_class: type | None = None  # a Worker subclass (run by a Nanny) or a Nanny subclass
     # Passed unchanged to each Nanny/Worker (security, preload, death_timeout, ports, ...).
     extra: Mapping[str, object] = field(default_factory=dict)
 
@@ -66,6 +72,8 @@ class WorkerOptions:
         cpu_affinity=None,
         enable_cudf_spill=None,
         cudf_spill_stats=None,
+        log_spilling=None,
+        worker_class=None,
         **extra,
     ) -> WorkerOptions:
         """Build options from keywords, falling back to ``gpu.*`` config for each left as None."""
@@ -76,6 +84,10 @@ class WorkerOptions:
         asked = parse_protocol(config.get("protocol", protocol))
         ucx = parse_ucx(asked, transports)
         protocol = usable_protocol(asked)
+        check_allocator_keywords(allocator, ucx)
+        if extra.get("data") is not None and device_memory_limit not in (None, 0):
+            warnings.warn(f"device_memory_limit={device_memory_limit!r} has no effect: the workers keep their data "
+                          "in the data= given, which replaces dask-gpu's device tier", UserWarning, stacklevel=3)
         return cls(
             nthreads=parse_nthreads(config.get("nthreads", nthreads)),
             memory_limit=parse_memory_limit(config.get("memory_limit", memory_limit)),
@@ -84,13 +96,20 @@ class WorkerOptions:
             local_directory=parse_local_directory(config.get("local_directory", local_directory)),
             pre_import=parse_pre_import(config.get("pre_import", pre_import)),
             protocol=protocol,
-            ucx=MappingProxyType(ucx if protocol in ("ucx", "ucxx") else {}),  # none where it fell back to TCP
+            ucx=MappingProxyType(ucx if protocol in (None, *UCX_PROTOCOLS) else {}),  # none where it fell back to TCP
             cpu_affinity=parse_flag(config.get("cpu_affinity", cpu_affinity), "cpu_affinity"),
             allocator=MappingProxyType(allocator),
             cudf_spill=parse_flag(config.get("cudf_spill", enable_cudf_spill), "enable_cudf_spill"),
             cudf_spill_stats=parse_count(config.get("cudf_spill_stats", cudf_spill_stats), "cudf_spill_stats"),
+            log_spilling=parse_flag(config.get("log_spilling", log_spilling), "log_spilling"),
+            worker_class=parse_worker_class(worker_class),
             extra=MappingProxyType({k: v for k, v in extra.items() if v is not None}),
         )
+
+
+# Every keyword WorkerOptions.resolve reads itself; the others go to each Nanny and Worker.
+KEYWORDS = frozenset(
+    {*inspect.signature(WorkerOptions.resolve).parameters, *ALLOCATOR_KEYS, *UCX_TRANSPORTS} - {"cls", "extra"})
 
 
 def parse_nthreads(value) -> int:
@@ -105,6 +124,28 @@ def parse_count(value, what: str, minimum: int = 0) -> int:
     if number < minimum:
         raise ValueError(f"{what} must be >= {minimum}, not {value!r}")
     return number
+
+
+def keyword_limit(value):
+    """A memory limit as LocalCUDACluster and CUDAWorker take it, with dask-cuda's meaning.
+
+    "default" (their default) leaves it to the ``gpu.*`` configuration; None or False mean
+    no limit, as 0 does: no device tier, or no spilling to disk.
+    """
+    if isinstance(value, str) and value.strip().lower() == "default":
+        return None
+    return 0 if value is None or value is False else value
+
+
+def check_allocator_keywords(allocator: Mapping, ucx: Mapping) -> None:
+    """dask-cuda's warning and error on allocator keywords that go badly together."""
+    if allocator["rmm_async"] is True and allocator["rmm_pool_size"] is not None:
+        warnings.warn("'rmm_pool_size' is not needed when 'rmm_async' is enabled and will raise an exception in "
+                      "the future (as in dask-cuda): drop rmm_pool_size to silence this warning",
+                      FutureWarning, stacklevel=4)
+    if ucx.get("nvlink") and allocator["rmm_managed_memory"] is True:
+        raise ValueError("rmm_managed_memory=True and enable_nvlink=True: CUDA managed memory cannot move "
+                         "over NVLink; choose one")
 
 
 def _int_text(value) -> int | None:
@@ -137,7 +178,7 @@ def parse_memory_limit(value) -> int | float | str:
 
 
 def parse_device_memory_limit(value) -> int | float | str:
-    """Bytes (int or "16GB"), a fraction of the device (0 < f <= 1, or "80%"), "auto", or 0 (none).
+    """Bytes (int or "16GB"), a fraction of the device (0 < f <= 1, or "80%"), "auto" (all of it), or 0 (none).
 
     The fraction stays a fraction here: each device's own size turns it into bytes
     (:func:`device_memory_bytes`).
@@ -224,8 +265,12 @@ def fraction_bytes(fraction: float, total: int, what: str) -> int:
     return size
 
 
-def device_memory_bytes(limit, total: int, auto: float = 0.8) -> int:
-    """The device memory limit in bytes for a device of ``total`` bytes; 0 means no limit."""
+def device_memory_bytes(limit, total: int, auto: float = 1.0) -> int:
+    """The device memory limit in bytes for a device of ``total`` bytes; 0 means no limit.
+
+    "auto" is the whole device, as in dask-cuda: data stays on the device until an allocation
+    fails, and then spills.
+    """
     fraction = auto if limit == "auto" else limit
     if isinstance(fraction, float):
         return fraction_bytes(fraction, total, f"device_memory_limit={limit!r}")
@@ -273,7 +318,7 @@ def _resource_amount(name: str, amount) -> float:
     return number
 
 
-def parse_pre_import(value) -> tuple[str, ...]:
+def parse_pre_import(value, check_installed: bool = True) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -285,9 +330,16 @@ def parse_pre_import(value) -> tuple[str, ...]:
     for name in names:
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
             raise ValueError(f"pre_import entry {name!r} is not a module name")
-        if _find_module(name) is None:  # workers share this Python: fail now, not in a worker
-            raise ValueError(f"pre_import: module {name!r} is not installed")
+        if check_installed and _find_module(name) is None:  # workers share this Python: fail now, not in a worker
+            error = PreImportError(f"pre_import: module {name!r} is not installed (No module named {name!r}): "
+                                   "install it, or drop it from pre_import")
+            error.name = name
+            raise error
     return tuple(names)
+
+
+class PreImportError(ValueError, ModuleNotFoundError):
+    """A pre_import module that is not installed: a ValueError, and the ModuleNotFoundError a worker would raise."""
 
 
 def parse_flag(value, what: str) -> bool:
@@ -324,45 +376,6 @@ def _find_module(name: str):
         return importlib.util.find_spec(name)
     except ImportError:  # a missing parent package
         return None
-
-
-def parse_protocol(value) -> str | None:
-    if value is None:
-        return None
-    protocol = str(value).strip().lower().removesuffix("://")
-    if protocol not in ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss"):
-        raise ValueError(f"protocol {value!r} is not one of tcp, tls, ucx, inproc, ws, wss")
-    return protocol
-
-
-# dask-cuda's keywords for choosing UCX transports -> distributed-ucxx's configuration keys
-UCX_TRANSPORTS = {
-    "enable_tcp_over_ucx": "tcp",
-    "enable_nvlink": "nvlink",
-    "enable_infiniband": "infiniband",
-    "enable_rdmacm": "rdmacm",
-}
-
-
-def parse_ucx(protocol: str | None, transports: Mapping[str, bool]) -> dict:
-    """The UCX transports asked for, which only mean something with protocol='ucx'."""
-    if transports and protocol not in ("ucx", "ucxx"):
-        names = ", ".join(k for k, v in UCX_TRANSPORTS.items() if v in transports)
-        raise ValueError(f"{names} choose UCX transports: they need protocol='ucx', not {protocol!r}")
-    return dict(transports)
-
-
-def usable_protocol(protocol: str | None) -> str | None:
-    """``protocol``, or TCP with a warning where UCX is asked for and distributed-ucxx is missing."""
-    if protocol in ("ucx", "ucxx") and importlib.util.find_spec("distributed_ucxx") is None:
-        warnings.warn(
-            f"protocol={protocol!r} needs the distributed-ucxx package (pip install distributed-ucxx-cu12 "
-            "or distributed-ucxx-cu13); running over TCP instead",
-            UserWarning,
-            stacklevel=3,
-        )
-        return "tcp"
-    return protocol
 
 
 def _number(value, what: str) -> float:

@@ -42,11 +42,7 @@ class GPUWorker(WorkerPlugin):
             self._prepare_allocator(worker)
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
-        for module in self.pre_import:
-            try:
-                importlib.import_module(module)
-            except ImportError as e:
-                raise ImportError(f"pre_import: worker {worker.name} could not import {module!r}: {e}") from e
+        import_modules(self.pre_import, worker)
         stats.export(worker)
 
     def _prepare_allocator(self, worker):
@@ -75,6 +71,88 @@ class GPUWorker(WorkerPlugin):
             "allocator": self.allocator.describe() if self.allocator is not None else None,
             "cudf_spill": self.cudf_spill[0],
         }
+
+
+def import_modules(modules, worker=None) -> None:
+    """Import ``modules`` (pre_import), naming the worker and the module where one fails."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            who = f"worker {worker.name}" if worker is not None else "this process"
+            raise ImportError(f"pre_import: {who} could not import {module!r}: {e}") from e
+
+
+# dask-cuda's worker plugins, by name and signature, for clients that register them themselves
+# (client.register_plugin(PreImport("cudf"))). GPU workers already run all of them in GPUWorker.
+
+
+class CPUAffinity(WorkerPlugin):
+    """Pin the worker to ``cores`` (dask-cuda's CPUAffinity; a warning where the OS refuses)."""
+
+    def __init__(self, cores):
+        self.cores = list(cores)
+
+    def setup(self, worker=None):
+        pin_threads(self.cores)
+
+
+class CUDFSetup(WorkerPlugin):
+    """cuDF's own spilling on or off, and its statistics level, once the worker imports cuDF."""
+
+    def __init__(self, spill, spill_stats):
+        self.spill, self.spill_stats = spill, spill_stats
+
+    def setup(self, worker=None):
+        spill_cudf(self.spill, self.spill_stats)
+
+
+class PreImport(WorkerPlugin):
+    """Import ``libraries`` ("cudf,rmm" or a list) in the worker before its first task."""
+
+    def __init__(self, libraries):
+        from dask_gpu.options import parse_pre_import
+
+        self.libraries = list(parse_pre_import(libraries, check_installed=False))  # the worker's Python decides
+
+    def setup(self, worker=None):
+        import_modules(self.libraries, worker)
+
+
+class RMMSetup(WorkerPlugin):
+    """RMM as the worker's allocator (dask-cuda's RMMSetup): dask-gpu's RMM setup, spilling on allocation failure.
+
+    The combination is checked here; sizes (fractions of the device) in the worker, against its own device.
+    """
+
+    def __init__(self, initial_pool_size, maximum_pool_size, managed_memory, async_alloc, release_threshold,
+                 log_directory, track_allocations, external_lib_list):
+        self.initial_pool_size, self.maximum_pool_size = initial_pool_size, maximum_pool_size
+        self.managed_memory, self.async_alloc, self.release_threshold = managed_memory, async_alloc, release_threshold
+        self.log_directory, self.rmm_track_allocations = log_directory, track_allocations
+        self.external_lib_list = external_lib_list
+        self._options(device_memory=2**62)  # any device: errors in the combination now, in the client
+
+    def _options(self, device_memory: int):
+        from dask_gpu.memory.allocator import resolve_allocator
+
+        return resolve_allocator(
+            rmm_pool_size=self.initial_pool_size, rmm_maximum_pool_size=self.maximum_pool_size,
+            rmm_managed_memory=self.managed_memory, rmm_async=self.async_alloc,
+            rmm_release_threshold=self.release_threshold, rmm_log_directory=self.log_directory,
+            rmm_track_allocations=self.rmm_track_allocations,
+            rmm_allocator_external_lib_list=self.external_lib_list, device_memory=device_memory)
+
+    def setup(self, worker=None):
+        from dask_gpu.devices import own_device
+        from dask_gpu.memory.allocator import setup_allocator
+
+        device = own_device()
+        options = self._options(device.memory_total)
+        if options.allocator == "rmm" and not device.simulated:  # nothing asked of RMM: leave the allocator be
+            data = getattr(worker, "data", None)
+            setup_allocator(options, getattr(data, "spill", lambda nbytes: 0),
+                            getattr(data, "describe", lambda: "no device tier"))
 
 
 def spill_cudf(on: bool, statistics: int = 0) -> None:

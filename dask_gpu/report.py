@@ -72,7 +72,42 @@ def worker_dict(dask_worker) -> dict:
         "device_memory_limit": gpu.get("device_memory_limit"),
         "pre_import": list(gpu.get("pre_import", ())),
         "cudf_spill": gpu.get("cudf_spill", False),
+        "allocator": gpu.get("allocator"),
+        "worker_class": f"{type(dask_worker).__module__}.{type(dask_worker).__qualname__}",
+        "data": type(dask_worker.data).__name__,  # DeviceHostDiskStore: the device tier is on
     }
+
+
+def cluster_dict(client) -> dict:
+    """The cluster as its scheduler sees it: address, workers, threads, worker TTL, extensions."""
+    info = client.scheduler_info(n_workers=-1)
+    address = info.get("address", "")
+    return {
+        "scheduler": address,
+        "protocol": address.split("://", 1)[0] if "://" in address else None,
+        "workers": len(info["workers"]),
+        "threads": sum(w["nthreads"] for w in info["workers"].values()),
+        "worker-ttl": client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl),
+        "extensions": client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.extensions)),
+    }
+
+
+def workers_rows(client) -> list[dict]:
+    """``worker_dict`` of every worker of ``client``'s cluster, sorted by name."""
+    workers = client.run(worker_dict)
+    return [workers[address] for address in sorted(workers, key=lambda a: str(workers[a]["name"]))]
+
+
+def cluster_text(cluster: dict, rows: list[dict]) -> str:
+    ttl = cluster["worker-ttl"]
+    head = (f"scheduler {cluster['scheduler']}: {cluster['workers']} worker(s), {cluster['threads']} thread(s), "
+            f"worker TTL {f'{ttl:g} s' if ttl else 'none'}; extensions: {', '.join(cluster['extensions'])}")
+    return head + "\n" + workers_text(rows) if rows else head
+
+
+def print_cluster_config(client) -> None:
+    """Print the cluster's configuration and each worker's (``dask gpu config``), as dask-cuda's function does."""
+    print(cluster_text(cluster_dict(client), workers_rows(client)))
 
 
 def workers_text(rows: list[dict]) -> str:

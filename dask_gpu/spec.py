@@ -13,7 +13,7 @@ from dask.system import CPU_COUNT
 from distributed import Nanny
 from distributed.system import MEMORY_LIMIT
 
-from dask_gpu.devices import Device
+from dask_gpu.devices import Device, rotate
 from dask_gpu.memory.allocator import resolve_allocator
 from dask_gpu.memory.store import DeviceHostDiskStore
 from dask_gpu.options import WorkerOptions, device_memory_bytes, fraction_bytes
@@ -32,14 +32,14 @@ def gpu_worker_spec(
     Its ``CUDA_VISIBLE_DEVICES`` lists every device, rotated so that its own comes
     first: CUDA's device 0 in that worker is its GPU, and peers stay reachable.
     """
-    tokens = [token for token, _ in devices]
     device = devices[position][1]
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(tokens[position:] + tokens[:position])}
+    env = {"CUDA_VISIBLE_DEVICES": rotate([token for token, _ in devices], position)}
     if "CUDA_DEVICE_ORDER" not in os.environ:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
     if "RAPIDS_NO_INITIALIZE" not in os.environ:
         env["RAPIDS_NO_INITIALIZE"] = "True"  # cuDF's import skips its device checks: the first task needs none
-    device_limit = device_memory_bytes(options.device_memory_limit, device.memory_total)
+    own_data = options.extra.get("data") is not None  # the user's store replaces the device tier
+    device_limit = 0 if own_data else device_memory_bytes(options.device_memory_limit, device.memory_total)
     plugin = GPUWorker(
         device=device.describe(),
         device_memory_limit=device_limit,
@@ -50,9 +50,11 @@ def gpu_worker_spec(
     )
     name = f"{name_prefix}-{device.label}" if name_prefix else device.label
     spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)
-    if device_limit:  # 0: no device tier, distributed's own data store
+    if device_limit:  # 0: no device tier, distributed's own data store (or the user's data=)
         host_limit = spec["options"]["memory_limit"]
         store = {"device_memory_limit": device_limit, "memory_limit": host_limit}
+        if options.log_spilling:
+            store["log_spilling"] = True
         spec["options"]["data"] = (DeviceHostDiskStore, store)
     if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
         spec["options"]["config"] = {**spec["options"].get("config", {}), "distributed.diagnostics.nvml": False}
@@ -105,4 +107,14 @@ def _nanny(options: WorkerOptions, n_workers, name, nthreads, resources, env, pl
         opts["protocol"] = options.protocol
     if options.ucx:
         opts["config"] = {**opts.get("config", {}), "distributed-ucxx": dict(options.ucx)}
-    return {"cls": Nanny, "options": opts}
+    cls = options.worker_class
+    if cls is not None and not issubclass(cls, Nanny):
+        opts["worker_class"] = cls  # a Worker subclass, run by each Nanny
+    return {"cls": cls if cls is not None and issubclass(cls, Nanny) else Nanny, "options": opts}
+
+
+def worker_specs(selected: Sequence[tuple[str, Device]], options: WorkerOptions, name_prefix: str | None = None,
+                 ) -> dict:
+    """Name -> spec of one worker per selected device (``dask gpu worker``, dask-cuda's ``worker_spec``)."""
+    specs = (gpu_worker_spec(selected, i, options, len(selected), name_prefix) for i in range(len(selected)))
+    return {spec["options"]["name"]: spec for spec in specs}

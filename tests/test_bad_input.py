@@ -323,13 +323,18 @@ def test_parse_flag(value):
     transports=st.dictionaries(st.sampled_from(sorted(options.UCX_TRANSPORTS.values())), st.booleans(), max_size=4),
 )
 def test_parse_ucx(protocol, transports):
-    if transports and protocol != "ucx":
+    if transports and protocol not in (None, "ucx"):  # None: a worker's protocol is its scheduler's, maybe UCX
         with pytest.raises(ValueError) as info:
             options.parse_ucx(protocol, transports)
         keywords = [k for k, v in options.UCX_TRANSPORTS.items() if v in transports]
         assert all(k in str(info.value) for k in keywords) and repr(protocol) in str(info.value)
-    else:
-        assert options.parse_ucx(protocol, transports) == transports
+        return
+    result = options.parse_ucx(protocol, transports)
+    assert {k: result[k] for k in transports} == transports  # what was chosen stays chosen
+    links = ("tcp", "nvlink", "infiniband")
+    if any(v is False for v in transports.values()) and not any(transports.values()):  # dask-cuda's rule
+        assert all(result[k] is True for k in links if k not in transports)
+    assert result.get("cuda-copy", False) is any(result.get(k) for k in links)  # GPU buffers need cuda-copy
 
 
 @FAST
@@ -528,11 +533,11 @@ def run_worker(*args):
     """``dask gpu worker`` on 2 simulated GPUs, with its nannies replaced: (exit code, output, started)."""
     started = []
 
-    async def no_nannies(scheduler, scheduler_file, specs, ports, extra):
-        started.append(specs)
+    async def no_nannies(worker):
+        started.append(worker.specs)
         return 0
 
-    with dask.config.set({"gpu.simulate": 2}), mock.patch("dask_gpu.launch.run_nannies", no_nannies):
+    with dask.config.set({"gpu.simulate": 2}), mock.patch("dask_gpu.launch.serve", no_nannies):
         result = CliRunner().invoke(
             gpu, ["worker", "tcp://127.0.0.1:1", *args], env={"CUDA_VISIBLE_DEVICES": None}, catch_exceptions=False
         )
@@ -627,6 +632,8 @@ def test_config_bad_values_refused(key, data):
         "rmm-track-allocations": st.sampled_from(["yes", 1]),
         "cudf-spill": st.sampled_from(["yes", 1]),
         "cudf-spill-stats": st.sampled_from([-1, "x", True, 1.5]),
+        "rmm-allocator-external-lib-list": st.sampled_from(["numpy", 5, ["cupy", "jax"], {"cupy": 1}]),
+        "log-spilling": st.sampled_from(["yes", 1, None]),
         "shuffle": st.sampled_from(["gpus", 5, "", "tasks"]),
         "partition-size": st.sampled_from([0, -1, "x", 1.5, "GB", None]),
     }

@@ -48,7 +48,7 @@ def test_info_with_simulated_devices(simulate):
         (["tcp://127.0.0.1:1", "--listen-address", "tcp://127.0.0.1:9000"], "one address"),
         (["tcp://127.0.0.1:1", "--contact-address", "tcp://1.2.3.4:9000"], "--listen-address"),
         (["tcp://127.0.0.1:1", "--tls-ca-file", __file__], "all three"),
-        (["tcp://127.0.0.1:1", "--enable-nvlink"], "enable_nvlink choose UCX transports"),
+        (["tcp://127.0.0.1:1", "--protocol", "tcp", "--enable-nvlink"], "enable_nvlink choose UCX transports"),
     ],
 )
 def test_worker_usage_errors(simulate, args, match):

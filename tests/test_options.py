@@ -80,7 +80,7 @@ def test_parse_device_memory_limit_percent_over_100(value):
         (0.5, 1000, 500),
         (1.0, 1000, 1000),
         (0.8, 16 * 2**30, int(0.8 * 16 * 2**30)),
-        ("auto", 1000, 800),
+        ("auto", 1000, 1000),  # the whole device, as in dask-cuda
         (0, 1000, 0),
         (600, 1000, 600),
         (1000, 1000, 1000),
@@ -262,13 +262,14 @@ def test_ucx_without_distributed_ucxx_warns_and_runs_over_tcp(value, monkeypatch
 def test_ucx_transports_become_distributed_ucxx_config(monkeypatch):
     monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: object())
     opts = WorkerOptions.resolve(protocol="ucx", enable_nvlink=True, enable_infiniband=False, enable_tcp_over_ucx=True)
-    assert opts.protocol == "ucx" and dict(opts.ucx) == {"nvlink": True, "infiniband": False, "tcp": True}
+    assert opts.protocol == "ucx"
+    assert dict(opts.ucx) == {"nvlink": True, "infiniband": False, "tcp": True, "cuda-copy": True}
     assert not opts.extra  # not passed on to the workers as unknown keywords
     auto = WorkerOptions.resolve(protocol="ucx")
     assert dict(auto.ucx) == {}
 
 
-@pytest.mark.parametrize("protocol", [None, "tcp", "tls"])
+@pytest.mark.parametrize("protocol", ["tcp", "tls"])  # None: a worker takes its scheduler's, which may be UCX
 def test_ucx_transports_need_ucx(protocol):
     with pytest.raises(ValueError, match="enable_nvlink choose UCX transports: they need protocol='ucx'"):
         WorkerOptions.resolve(protocol=protocol, enable_nvlink=True)
@@ -349,12 +350,13 @@ DEFAULT_ALLOCATOR = {
     "rmm_release_threshold": None,
     "rmm_log_directory": None,
     "rmm_track_allocations": False,
+    "rmm_allocator_external_lib_list": None,
 }
 
 
 def test_allocator_keywords_collected_with_config_fallback():
-    with dask.config.set({"gpu.rmm-pool-size": "2GB"}):
-        options = WorkerOptions.resolve(rmm_async=True)
+    with dask.config.set({"gpu.rmm-pool-size": "2GB"}), pytest.warns(FutureWarning, match="rmm_pool_size"):
+        options = WorkerOptions.resolve(rmm_async=True)  # dask-cuda warns that the pool size is not needed
     assert options.allocator == {**DEFAULT_ALLOCATOR, "rmm_pool_size": "2GB", "rmm_async": True}
     assert not set(options.allocator) & set(options.extra)  # not passed on to the workers as such
 

@@ -127,7 +127,7 @@ def test_gpu_worker_memory_limit(selected, memory_limit, n_workers, expected):
     "limit, expected",
     [
         (None, int(0.8 * SIMULATED_MEMORY)),
-        ("auto", int(0.8 * SIMULATED_MEMORY)),
+        ("auto", SIMULATED_MEMORY),  # the whole device, as in dask-cuda
         (0.5, SIMULATED_MEMORY // 2),
         ("25%", SIMULATED_MEMORY // 4),
         ("8GB", 8_000_000_000),
@@ -347,5 +347,5 @@ def test_ucx_transports_reach_each_worker_process(selected, monkeypatch):
     monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: object())  # as if distributed-ucxx
     nanny = build(selected, protocol="ucx", enable_nvlink=True, enable_infiniband=False)["options"]
     assert nanny["protocol"] == "ucx"
-    assert nanny["config"]["distributed-ucxx"] == {"nvlink": True, "infiniband": False}
+    assert nanny["config"]["distributed-ucxx"] == {"nvlink": True, "infiniband": False, "cuda-copy": True}
     assert "distributed-ucxx" not in build(selected, protocol="tcp")["options"].get("config", {})

@@ -25,6 +25,7 @@ from dask_gpu.options import _size_or_fraction, parse_flag
 logger = logging.getLogger(__name__)
 
 ALLOCATORS = ("pool", "async", "managed", "rmm")
+RMM_LIBRARIES = ("cupy", "torch")  # libraries that can allocate through RMM (rmm_allocator_external_lib_list)
 _ALIGNMENT = 256  # RMM's pool and async resources take sizes in multiples of 256 bytes
 _CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
 _torch_routed = False  # PyTorch's allocator can be swapped once per process
@@ -45,6 +46,7 @@ class AllocatorOptions:
     release_threshold: int | None = None  # async (CuPy or RMM): bytes the CUDA pool keeps when trimmed
     log_directory: str | None = None  # RMM: write a per-process allocation log here
     track_allocations: bool = False  # RMM: TrackingResourceAdaptor
+    external_libs: tuple[str, ...] | None = None  # RMM: the libraries that allocate through it; None: all installed
 
     @property
     def lazy(self) -> bool:
@@ -58,11 +60,14 @@ class AllocatorOptions:
 
 def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=None, rmm_managed_memory=None,
                       rmm_async=None, rmm_release_threshold=None, rmm_log_directory=None,
-                      rmm_track_allocations=None, *, device_memory: int) -> AllocatorOptions:
+                      rmm_track_allocations=None, rmm_allocator_external_lib_list=None, *,
+                      device_memory: int) -> AllocatorOptions:
     """Check the allocator keywords (dask-cuda's ``rmm_*`` names) for a device of ``device_memory`` bytes.
 
     Any ``rmm_*`` keyword implies ``allocator="rmm"``; ``rmm_release_threshold`` also goes with
     ``allocator="async"``. Sizes are bytes, "16GB", or a fraction 0-1 of the device.
+    ``rmm_allocator_external_lib_list`` ("cupy,torch" or a list) names the libraries that allocate
+    through RMM; by default every one installed does.
     """
     if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
         raise ValueError(f"device_memory must be the device's size in bytes, not {device_memory!r}")
@@ -72,8 +77,12 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
     track = _flag(rmm_track_allocations, "rmm_track_allocations")
     rmm_keywords = dict(rmm_pool_size=rmm_pool_size, rmm_maximum_pool_size=rmm_maximum_pool_size,
                         rmm_managed_memory=rmm_managed_memory, rmm_async=rmm_async,
-                        rmm_log_directory=rmm_log_directory, rmm_track_allocations=rmm_track_allocations)
+                        rmm_log_directory=rmm_log_directory, rmm_track_allocations=rmm_track_allocations,
+                        rmm_allocator_external_lib_list=rmm_allocator_external_lib_list)
+    libraries = _libraries(rmm_allocator_external_lib_list)
     given = {k: v for k, v in rmm_keywords.items() if v is not None and v is not False}  # the CLI sends False
+    if libraries == ():  # an empty list routes no library: it asks for nothing
+        del given["rmm_allocator_external_lib_list"]
     if (use_async or name == "async") and (managed or name == "managed"):
         raise ValueError(f"allocator={allocator!r}, rmm_async={rmm_async!r}, rmm_managed_memory="
                          f"{rmm_managed_memory!r}: cudaMallocAsync cannot allocate managed memory; choose one")
@@ -104,8 +113,19 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
     return AllocatorOptions(
         allocator=name, device_memory=device_memory, pool_size=pool, maximum_pool_size=maximum,
         managed_memory=managed, use_async=use_async, release_threshold=threshold,
-        log_directory=_log_directory(rmm_log_directory), track_allocations=track,
+        log_directory=_log_directory(rmm_log_directory), track_allocations=track, external_libs=libraries,
     )
+
+
+def _libraries(value) -> tuple[str, ...] | None:
+    """rmm_allocator_external_lib_list: "cupy,torch" or a list of those names; None leaves it to RMM's default."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in RMM_LIBRARIES for n in names):
+        raise ValueError(f"rmm_allocator_external_lib_list={value!r} must name libraries among "
+                         f"{', '.join(RMM_LIBRARIES)}, as 'torch,cupy' or ['torch', 'cupy']")
+    return tuple(dict.fromkeys(names))
 
 
 def _allocator_name(value) -> str | None:
@@ -317,7 +337,9 @@ def _setup_rmm(options, spill, describe):
     def held():
         return f"the RMM pool holds {format_bytes(pool.pool_size())}" if pool is not None else ""
 
-    if find_spec("cupy") is not None:
+    if find_spec("cupy") is not None and options.external_libs is not None and "cupy" not in options.external_libs:
+        _setup_cupy(AllocatorOptions(), spill, describe)  # CuPy keeps its own pool, as that list asks
+    elif find_spec("cupy") is not None:
         import cupy
         from rmm.allocators.cupy import rmm_cupy_allocator
 
@@ -326,7 +348,8 @@ def _setup_rmm(options, spill, describe):
             rmm_cupy_allocator, free_cached=None, spill=None, describe=_describer(cupy, held, describe),
             oom_errors=(MemoryError,),
         ))
-    _route_torch()
+    if options.external_libs is None or "torch" in options.external_libs:
+        _route_torch()
 
 
 def _retry_after_spilling(spill):

@@ -30,6 +30,7 @@ from distributed.spill import SpillBuffer
 from dask_gpu.memory import dispatch
 
 logger = logging.getLogger("dask_gpu.memory")
+spill_logger = logging.getLogger("distributed.worker")  # log_spilling: where client.get_worker_logs() reads
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,10 @@ class DeviceHostDiskStore(MutableMapping):
     counted in no tier, so that no byte is counted or moved twice.
     """
 
-    def __init__(self, device_memory_limit: int, memory_limit: int = 0, worker_local_directory: str | None = None):
+    def __init__(self, device_memory_limit: int, memory_limit: int = 0, worker_local_directory: str | None = None,
+                 log_spilling: bool = False):
         self.device_memory_limit = int(device_memory_limit) or sys.maxsize
+        self.log_spilling = log_spilling  # each move between the device and host tiers, at INFO
         self._lock = threading.RLock()
         self._device: OrderedDict[Hashable, object] = OrderedDict()  # least recently used first
         self._held: dict[Hashable, list[Hashable]] = {}  # key -> the allocations it keeps alive
@@ -120,7 +123,7 @@ class DeviceHostDiskStore(MutableMapping):
                 return self._host[key]
             start = time.perf_counter()
             value = dispatch.to_device(self._host[key])
-            self._count("host-to-device", dispatch.device_nbytes(value), start)
+            self._count("host-to-device", dispatch.device_nbytes(value), start, key)
             del self._host[key]
             self._spilled.discard(key)
             self._keep_on_device(key, value)
@@ -195,7 +198,7 @@ class DeviceHostDiskStore(MutableMapping):
             released = self._release(key)
             self._host[key] = host
             self._spilled.add(key)
-            self._count("device-to-host", released, start)
+            self._count("device-to-host", released, start, key)
 
     def _hold(self, key, buffers) -> None:
         buffers = dict(buffers)  # distinct allocations
@@ -218,10 +221,16 @@ class DeviceHostDiskStore(MutableMapping):
         self.device_bytes -= released
         return released
 
-    def _count(self, direction: str, nbytes: int, start: float) -> None:
+    def _count(self, direction: str, nbytes: int, start: float, key) -> None:
+        seconds = time.perf_counter() - start
         self.counters[f"{direction}-count"] += 1
         self.counters[f"{direction}-bytes"] += nbytes
-        self.counters[f"{direction}-seconds"] += time.perf_counter() - start
+        self.counters[f"{direction}-seconds"] += seconds
+        if self.log_spilling:
+            source, target = direction.split("-to-")
+            verb = "Spilled" if source == "device" else "Unspilled"
+            spill_logger.info("%s key %r with %d bytes from %s to %s in %.6f seconds",
+                              verb, key, nbytes, source, target, seconds)
 
     # -- reporting --------------------------------------------------------------------
 

@@ -1,0 +1,12 @@
+"""dask-cuda's import path on dask-gpu: replace ``dask_cuda`` by ``dask_gpu.cuda`` in any import.
+
+Each module here bears the name of a dask-cuda 26.10 module and maps its public names onto
+dask-gpu's own implementation; nothing is implemented here, and nothing in dask-gpu imports this
+package. ``docs/migrating-from-dask-cuda.md`` lists every name, its equivalent and the differences.
+"""
+
+from dask_gpu import __version__
+from dask_gpu.cluster import LocalCUDACluster
+from dask_gpu.launch import CUDAWorker
+
+__all__ = ["CUDAWorker", "LocalCUDACluster", "__version__"]

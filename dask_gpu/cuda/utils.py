@@ -1,0 +1,117 @@
+"""``dask_cuda.utils``: each name maps onto dask-gpu's devices (NVML and simulated devices, MIG, CPU affinity),
+options (sizes and limits), ucx, report and warmup modules. Devices are named as in
+``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID prefix."""
+
+import os
+from multiprocessing import cpu_count as get_cpu_count
+
+from dask_gpu import config, devices, options
+from dask_gpu.cuda._absent import absent
+from dask_gpu.report import cluster_dict as get_cluster_configuration
+from dask_gpu.report import print_cluster_config
+from dask_gpu.report import worker_dict as get_worker_config
+from dask_gpu.ucx import get_ucx_config
+from dask_gpu.warmup import all_to_all, wait_workers
+
+__all__ = [
+    "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity", "get_cpu_count",
+    "get_device_total_memory", "get_gpu_count", "get_gpu_count_mig", "get_gpu_uuid", "get_n_gpus",
+    "get_ucx_config", "get_worker_config", "has_device_memory_resource", "nvml_device_index",
+    "parse_cuda_visible_device", "parse_device_bytes", "parse_device_memory_limit", "print_cluster_config",
+    "unpack_bitmask", "wait_workers",
+]
+
+
+def get_n_gpus() -> int:
+    """The devices a cluster here would use: CUDA_VISIBLE_DEVICES's, else every GPU (MIG instances each count)."""
+    return len(devices.select(devices.discover()))
+
+
+def get_gpu_count() -> int:
+    """The GPUs of this machine (NVML, or gpu.simulate)."""
+    return len(devices.discover().require().devices)
+
+
+def get_gpu_count_mig(return_uuids=False):
+    """The MIG instances of this machine's GPUs, and their UUIDs with ``return_uuids=True``."""
+    uuids = [m.uuid for d in devices.discover().require().devices for m in d.mig]
+    return (len(uuids), uuids) if return_uuids else len(uuids)
+
+
+def get_device_total_memory(device_index=0) -> int:
+    """Bytes of memory of a device (of the MIG instance itself, for a MIG UUID)."""
+    return devices.find(device_index).memory_total
+
+
+def has_device_memory_resource(device_index=0) -> bool:
+    return devices.find(device_index).memory_total > 0
+
+
+def get_gpu_uuid(device_index=0) -> str:
+    return devices.find(device_index).uuid
+
+
+def get_cpu_affinity(device_index=None) -> list[int]:
+    """The CPU cores nearest a device; every core this process may use where NVML does not say."""
+    return list(devices.find(0 if device_index is None else device_index).cpu_affinity) or sorted(
+        os.sched_getaffinity(0))
+
+
+def unpack_bitmask(x, mask_bits=64) -> list[int]:
+    return devices.unpack_bitmask(x, mask_bits)
+
+
+def parse_cuda_visible_device(dev):
+    """One CUDA_VISIBLE_DEVICES entry: an index as an int, a UUID as a string; ValueError for anything else."""
+    return _index(devices.parse_visible_devices([dev])[0])
+
+
+def nvml_device_index(i, CUDA_VISIBLE_DEVICES):
+    """The i-th entry of CUDA_VISIBLE_DEVICES (a "0,1" string or a list): an int index, or a UUID."""
+    if not isinstance(CUDA_VISIBLE_DEVICES, (str, list)):
+        raise ValueError("`CUDA_VISIBLE_DEVICES` must be `str` or `list`")
+    return _index(devices.parse_visible_devices(CUDA_VISIBLE_DEVICES)[i])
+
+
+def cuda_visible_devices(i, visible=None) -> str:
+    """CUDA_VISIBLE_DEVICES of the i-th worker: ``visible`` (default: the devices in use) rotated to start at i."""
+    tokens = ([t for t, _ in devices.select(devices.discover())] if visible is None
+              else devices.parse_visible_devices(list(visible)))
+    return devices.rotate(tokens, i)
+
+
+def parse_device_memory_limit(device_memory_limit, device_index=0, alignment_size=1):
+    """A device memory limit in bytes for that device, as LocalCUDACluster reads it; None for no limit.
+
+    "default" is the gpu.device-memory-limit configuration (0.8), "auto" the whole device, None or 0 no limit.
+    """
+    value = config.get("device_memory_limit", options.keyword_limit(device_memory_limit))
+    return _device_bytes(options.parse_device_memory_limit(value), device_index, alignment_size)
+
+
+def parse_device_bytes(device_bytes, device_index=0, alignment_size=1):
+    """Bytes, "16GB" or a fraction of that device, in bytes; None for None or 0."""
+    return _device_bytes(options.parse_device_memory_limit(device_bytes), device_index, alignment_size)
+
+
+def _device_bytes(limit, device_index, alignment_size):
+    size = options.device_memory_bytes(limit, devices.find(device_index).memory_total)
+    return size // alignment_size * alignment_size or None
+
+
+def _index(token: str):
+    return int(token) if token.isdigit() else token
+
+
+__getattr__ = absent("utils", {
+    "get_gpu_handle": "dask-gpu keeps no NVML handles: dask_gpu.devices.find(index or UUID) describes a device",
+    "get_preload_options": "dask-gpu's workers need no preload; --preload dask_gpu.cuda.initialize "
+                           "--create-cuda-context makes a CUDA context at start where wanted",
+    "get_rmm_log_file_name": "dask-gpu names RMM logs rmm-<host>-<pid>.csv in rmm_log_directory",
+    "get_scheduler_configuration": "dask_gpu.report.cluster_dict(client) (get_cluster_configuration here)",
+    "get_rmm_device_memory_usage": "dask_gpu.memory_stats(client) reports each worker's device bytes",
+    "CommaSeparatedChoice": "a click type of dask-cuda's command line",
+    "nvtx_annotate": "use nvtx.annotate",
+    **dict.fromkeys(("pretty_print", "pretty_print_str", "pretty_print_dict"), "print_cluster_config prints the "
+                    "table; dask_gpu.report.cluster_text formats it"),
+})
