@@ -11,7 +11,7 @@ from importlib.util import find_spec
 
 import click
 
-from dask_gpu import devices, report
+from dask_gpu import checks, devices, report
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
@@ -71,10 +71,15 @@ def _preload_argv(ctx, param, value):
             raise click.UsageError(f"{flag} is a flag of older dask-cuda versions: {_RETIRED_FLAGS[flag]}", ctx)
         if flag.startswith("-") and (i == 0 or not ctx.params.get("preload")):  # not an address; not a preload's
             raise click.NoSuchOption(flag, possibilities=difflib.get_close_matches(flag, flags, n=1), ctx=ctx)
+    if ctx.params.get("preload"):
+        try:
+            checks.preloads(ctx.params["preload"], "--preload")  # distributed imports them next: a trace if absent
+        except ValueError as e:
+            raise click.UsageError(str(e), ctx) from None
     return validate_preload_argv(ctx, param, value)
 
 
-@click.group(name="gpu")
+@click.group(name="gpu", context_settings={"help_option_names": ["-h", "--help"]})  # subcommands inherit it
 def gpu():
     """Dask on NVIDIA GPUs: workers, device information, benchmarks."""
 
@@ -167,18 +172,53 @@ def _security(ca, cert, key, role="worker"):
         raise click.UsageError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
     from distributed.security import Security
 
-    return Security(tls_ca_file=ca, require_encryption=True, **{f"tls_{role}_cert": cert, f"tls_{role}_key": key})
+    security = Security(tls_ca_file=ca, require_encryption=True, **{f"tls_{role}_cert": cert, f"tls_{role}_key": key})
+    try:
+        security.get_connection_args(role)  # reads and checks the three files now
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise click.UsageError(f"--tls-ca-file {ca}, --tls-cert {cert}, --tls-key {key}: the TLS credentials do "
+                               f"not load ({e}); give PEM files from the scheduler's CA") from None
+    return security
 
 
 @gpu.command(name="info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def info(as_json):
-    """Show this machine's GPUs and the GPU libraries installed."""
-    system = devices.discover()
+    """Show what a bug report needs: this machine's GPUs, driver and CUDA, the libraries installed, Python and
+    the platform, the gpu.* configuration in force and the variables that choose GPUs."""
+    try:
+        system = devices.discover()
+    except ValueError as e:  # gpu.simulate that is not a count or sizes
+        raise click.UsageError(str(e)) from None
     if as_json:
         click.echo(json.dumps(report.system_dict(system), indent=2))
     else:
         click.echo(report.system_text(system))
+
+
+@gpu.command(name="warmup")
+@click.option("--kernel-cache", type=click.Path(file_okay=False),
+              help="Directory of compiled kernels  [default: gpu.kernel-cache, else CuPy's own cache]")
+def warmup(kernel_cache):
+    """Compile the seed workloads' GPU kernels into this machine's kernel cache, so that no process here
+    compiles them on its first call: once per machine or container image, before the first cluster."""
+    import dask
+
+    from dask_gpu import warmup as warmups
+
+    if find_spec("cupy") is None:
+        raise click.ClickException("dask gpu warmup compiles CuPy kernels, and CuPy is not installed: "
+                                   "pip install 'dask-gpu[cuda13]' (or [cuda12])")
+    system = devices.discover()
+    if not system.usable or any(d.simulated for d in system.devices):
+        raise click.ClickException(f"dask gpu warmup compiles for this machine's GPU, and none is usable: "
+                                   f"{system.message or 'the devices are simulated (gpu.simulate)'}")
+    with dask.config.set({"gpu.kernel-cache": kernel_cache} if kernel_cache else {}):
+        try:
+            result = warmups.compile_kernels(status=lambda line: click.echo(f"  {line}"))
+        except ValueError as e:  # a kernel cache that cannot be made
+            raise click.UsageError(str(e)) from None
+    click.echo(f"{result['after']} kernels in {result['directory']} ({result['after'] - result['before']} new)")
 
 
 @gpu.command(name="config")
@@ -187,24 +227,41 @@ def info(as_json):
 @click.option("--tls-ca-file", type=_pem, help="CA certificate for TLS.")
 @click.option("--tls-cert", type=_pem, help="Client certificate for TLS.")
 @click.option("--tls-key", type=_pem, help="Client private key for TLS.")
-@click.option("--timeout", default="10s", show_default=True, help="How long to try to reach the scheduler.")
+@click.option("--timeout", default="10s", show_default=True, callback=_seconds,
+              help="How long to try to reach the scheduler (and to wait for its file).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per worker) instead of a table.")
 def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, as_json):
     """Show the running cluster at SCHEDULER (default: the scheduler-address configuration) and each worker's
     configuration."""
     import dask
-    from distributed import Client
+    from distributed import Client, Security
+
+    from dask_gpu import checks, reach
 
     scheduler = scheduler or (None if scheduler_file else dask.config.get("scheduler-address", None))
     if not scheduler and not scheduler_file:
         raise click.UsageError("give the scheduler's address, --scheduler-file, or the scheduler-address configuration")
     security = _security(tls_ca_file, tls_cert, tls_key, role="client")
     try:
-        with Client(scheduler, scheduler_file=scheduler_file, timeout=timeout, security=security) as client:
+        if scheduler_file:
+            reach.check_file_can_appear(scheduler_file)
+        else:
+            checks.address(scheduler, "scheduler")
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        if scheduler_file:
+            scheduler = asyncio.run(reach.address_from_file(scheduler_file, timeout, "--timeout"))
+        if reach.no_tls(scheduler, (security or Security()).get_connection_args("client")):
+            raise click.UsageError(reach.no_tls(scheduler, (security or Security()).get_connection_args("client")))
+        with Client(scheduler, timeout=timeout, security=security) as client:
             rows = report.workers_rows(client)
             cluster = None if as_json else report.cluster_dict(client)
+    except reach.SchedulerError as e:
+        raise click.ClickException(str(e)) from None
     except (OSError, TimeoutError, ValueError) as e:
-        raise click.ClickException(f"could not reach the scheduler at {scheduler or scheduler_file}: {e}") from None
+        raise click.ClickException(f"could not reach the scheduler at {scheduler} within {timeout:g} s (--timeout): "
+                                   f"{e}") from None
     click.echo(json.dumps(rows, indent=2) if as_json else report.cluster_text(cluster, rows))
 
 
@@ -213,9 +270,9 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
               help="The seeds' array workloads, or dataframe workloads on parquet data that the suite writes.")
 @click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True,
               help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files).")
-@click.option("--shape", type=int, help="Side of the square array (overrides --size; array suite).")
-@click.option("--chunks", type=int, help="Side of a square chunk (overrides --size; array suite).")
-@click.option("--rows", type=int, help="Rows of the dataframe suite's table (overrides --size).")
+@click.option("--shape", type=click.IntRange(min=1), help="Side of the square array (overrides --size; array suite).")
+@click.option("--chunks", type=click.IntRange(min=1), help="Side of a square chunk (overrides --size; array suite).")
+@click.option("--rows", type=click.IntRange(min=1), help="Rows of the dataframe suite's table (overrides --size).")
 @click.option("--data", "data_dir", type=click.Path(),
               help="Directory of the dataframe suite's data, reused while its manifest matches [default: under the "
                    "temporary directory].")
@@ -251,22 +308,47 @@ def bench(suite, size, shape, chunks, rows, data_dir, workloads, compare, gpus, 
     if plot_path and find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
     checkpoint = functools.partial(_write_json, json_path) if json_path else None
-    try:
+    try:  # every argument checked before anything runs
         if suite == "dataframe":
             plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
-            dataframe.generate(plan.data, log=functools.partial(click.echo, err=True))  # lines, before the bar
             steps, run = plan.steps, functools.partial(dataframe.run, plan)
         else:
-            steps = len(seed.architectures(compare, gpus)) * len(names)
+            steps = seed.check(size, shape, chunks, names, compare, protocol, repeat, timeout, cpu_budget, gpus)
             run = functools.partial(seed.run, size, shape, chunks, names, compare, protocol=protocol, repeat=repeat,
                                     timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
-        with click.progressbar(length=steps, label="running", item_show_func=lambda item: item, file=sys.stderr) as bar:
-            results = run(progress=functools.partial(bar.update, 1), checkpoint=checkpoint)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if suite == "dataframe" and dataframe.stale(plan.data):
+        files = plan.data.files + plan.data.right_files
+        with _Bar(files, "writing data") as bar:
+            dataframe.generate(plan.data, log=bar.step)
+    with _Bar(steps, "running") as bar:
+        results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)
     click.echo(module.table(results))
     if plot_path:
         module.plot(results, plot_path)
+
+
+class _Bar:
+    """A progress bar on stderr: ``step(label)`` advances it, ``status(text)`` says what the step is doing."""
+
+    def __init__(self, length: int, label: str):
+        self.bar = click.progressbar(length=length, label=label, item_show_func=lambda item: item, file=sys.stderr)
+        self.label = ""
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+
+    def step(self, label: str) -> None:
+        self.label = label
+        self.bar.update(1, label)
+
+    def status(self, text: str) -> None:
+        self.bar.update(0, f"{self.label}: {text}" if self.label else text)
 
 
 def _write_json(path, results):

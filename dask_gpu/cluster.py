@@ -16,7 +16,7 @@ from distributed.core import Status
 from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import config, devices, keywords
+from dask_gpu import checks, config, devices, keywords
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
@@ -81,8 +81,7 @@ class LocalCUDACluster(SpecCluster):
     enable_tcp_over_ucx, enable_nvlink, enable_infiniband, enable_rdmacm: bool, optional
         With ``protocol="ucx"``, the UCX transports to use (default: UCX chooses).
         Without the distributed-ucxx package, ``protocol="ucx"`` warns and runs over TCP.
-    allocator, rmm_pool_size, rmm_maximum_pool_size, rmm_managed_memory, rmm_async,
-    rmm_release_threshold, rmm_log_directory, rmm_track_allocations:
+    allocator, rmm_pool_size, rmm_maximum_pool_size, rmm_managed_memory, rmm_async, rmm_release_threshold, rmm_log_directory, rmm_track_allocations:
         Device memory allocator of each worker (CuPy's pool by default; see
         ``dask_gpu.memory.allocator``), checked before anything starts.
     enable_cudf_spill, cudf_spill_stats: optional
@@ -106,7 +105,7 @@ class LocalCUDACluster(SpecCluster):
         cluster; Nanny's and Worker's (``death_timeout``, ``data``, ...) to every worker;
         LocalCluster's ``processes=True`` and ``worker_dashboard_address`` are understood.
         Any other keyword is a TypeError that names it, before anything starts.
-    """
+    """  # noqa: E501  (a parameter entry naming several keywords is one line)
 
     def __init__(
         self,
@@ -151,11 +150,11 @@ class LocalCUDACluster(SpecCluster):
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
-        n_workers = len(self.devices) if n_workers is None else n_workers
-        self._check_count(n_workers)
         n_cpu = parse_count(config.get("cpu_workers", cpu_workers), "cpu_workers")
         if n_cpu > (os.cpu_count() or 1):  # each is a process: more than the cores is never what was meant
             raise ValueError(f"cpu_workers={n_cpu} is more than this machine's {os.cpu_count()} CPU cores")
+        n_workers = len(self.devices) if n_workers is None else n_workers
+        self._check_count(n_workers, minimum=0 if n_cpu else 1)  # as dask-cuda: at least one worker
 
         security = Security.temporary() if security is True else security or Security()
         if not isinstance(security, Security):
@@ -167,6 +166,10 @@ class LocalCUDACluster(SpecCluster):
             host = "127.0.0.1"  # nobody else can join unless asked
 
         cluster_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CLUSTER_KEYWORDS}
+        checks.cluster_keywords({"host": host, "interface": interface, "scheduler_port": scheduler_port,
+                                 "dashboard_address": config.get("dashboard_address", dashboard_address),
+                                 "silence_logs": silence_logs, "scheduler_kwargs": scheduler_kwargs,
+                                 "processes": kwargs.get("processes"), **cluster_kwargs}, "LocalCUDACluster")
         self.options = WorkerOptions.resolve(
             nthreads=threads_per_worker,
             memory_limit=keyword_limit(memory_limit),
@@ -197,8 +200,12 @@ class LocalCUDACluster(SpecCluster):
             **local_cluster_keywords(kwargs),
         )
         keywords.check(self.options.extra, "LocalCUDACluster", _OWN_KEYWORDS, self.options.worker_class)
+        checks.worker_keywords(self.options.extra, "LocalCUDACluster")
+        if self.options.local_directory:
+            checks.directory(self.options.local_directory)
+        self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
-            spill_cudf(True, self.options.cudf_spill_stats)
+            self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
         if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
             dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
@@ -242,14 +249,28 @@ class LocalCUDACluster(SpecCluster):
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
             self._dashboard_task = asyncio.ensure_future(attach_dashboard(self.scheduler, prefix))
 
+    async def _close(self):
+        await super()._close()
+        if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
+            self._undo_cudf_spill()
+            self._undo_cudf_spill = None
+
     def _spec(self, position: int) -> dict:
         return gpu_worker_spec(self.devices, position, self.options, self._n_total)
 
-    def _check_count(self, n: int):
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self.devices):
+    def _check_count(self, n: int, minimum: int = 0):
+        visible = len(self.devices)
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"n_workers must be a whole number of GPU workers, {max(minimum, 1)} to {visible} here "
+                             f"(one per visible GPU), or None for one per GPU; not {n!r}")
+        if n < minimum:
+            raise ValueError(f"n_workers={n}: a LocalCUDACluster runs 1 to {visible} GPU workers here (one per "
+                             "visible GPU; None: all of them). For CPU workers only, give n_workers=0 with "
+                             "cpu_workers=N, or use distributed.LocalCluster")
+        if n > visible:
             labels = ", ".join(f"{t} ({d.name})" for t, d in self.devices)
             raise ValueError(
-                f"cannot run {n!r} GPU workers: {len(self.devices)} GPU(s) are visible ({labels}), "
+                f"cannot run {n!r} GPU workers: {visible} GPU(s) are visible ({labels}), "
                 "one worker each. Make more GPUs visible with CUDA_VISIBLE_DEVICES, "
                 "or add CPU-only workers with cpu_workers=N."
             )
@@ -287,6 +308,9 @@ def local_cluster_keywords(kwargs: dict) -> dict:
     own GPU. ``worker_dashboard_address`` serves each worker's dashboard there.
     """
     worker = dict(kwargs)
+    if "nthreads" in worker:  # WorkerOptions' own name for it, which would be given twice
+        raise TypeError("LocalCUDACluster: 'nthreads' is the name dask gpu worker and CUDAWorker use; "
+                        "LocalCUDACluster takes threads_per_worker=, as dask-cuda's and LocalCluster do")
     if not worker.pop("processes", True):
         raise ValueError("processes=False: each GPU worker needs a process of its own (its CUDA_VISIBLE_DEVICES); "
                          "drop processes=, or use distributed.LocalCluster for threads in one process")
@@ -315,6 +339,7 @@ async def attach_dashboard(scheduler, prefix: str = "/") -> bool:
         )
         if scheduler.status in (Status.closing, Status.closed):
             return False
+        importlib.import_module("dask_gpu.dashboard").register(scheduler)  # the GPU page, before connect reads pages
         dashboard.connect(scheduler.http_application, scheduler.http_server, scheduler, prefix=prefix)
         return True
     except Exception as e:  # the cluster works without its dashboard

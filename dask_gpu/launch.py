@@ -10,14 +10,14 @@ import atexit
 import inspect
 import logging
 import os
-import re
 import signal
 import socket
 
 import dask
 from distributed.deploy.cluster import Cluster
+from distributed.security import Security
 
-from dask_gpu import devices, keywords
+from dask_gpu import checks, devices, keywords, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit
 from dask_gpu.spec import worker_specs
@@ -43,6 +43,10 @@ class CUDAWorker:
             scheduler = scheduler.scheduler_address
         if scheduler is None and scheduler_file is None and dask.config.get("scheduler-address", None) is None:
             raise ValueError("no scheduler: give its address, scheduler_file=, or the scheduler-address configuration")
+        if scheduler_file is not None:
+            reach.check_file_can_appear(scheduler_file)  # else a scheduler address: checked here
+        elif scheduler is not None:
+            checks.address(scheduler, "scheduler")
         _check_addresses(listen_address, contact_address, worker_port, options)
         if dashboard_prefix is not None:
             options["http_prefix"] = dashboard_prefix
@@ -50,29 +54,52 @@ class CUDAWorker:
                                          device_memory_limit=keyword_limit(device_memory_limit),
                                          dashboard_address=dashboard_address, preload=list(preload) or None, **options)
         keywords.check(resolved.extra, "CUDAWorker", _OWN, resolved.worker_class)
+        checks.worker_keywords(resolved.extra, "CUDAWorker")
+        if resolved.local_directory:
+            checks.directory(resolved.local_directory)
+        self.death_timeout = resolved.extra.get("death_timeout")
         selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
         self.specs = list(worker_specs(selected, resolved, name or socket.gethostname()).values())
         if listen_address and len(self.specs) > 1:
             raise ValueError(f"listen_address names one address, and {len(self.specs)} GPU workers need one each: "
                              "give a host with worker_port ranges, or make one GPU visible")
         self.ports = apportion_ports(worker_port, nanny_port, len(self.specs))
+        connection = _connection_args(resolved.extra.get("security") or Security())
+        if isinstance(scheduler, str) and reach.no_tls(scheduler, connection):
+            raise ValueError(reach.no_tls(scheduler, connection))
         self.extra = {"listen_address": listen_address, "contact_address": contact_address} if listen_address else {}
         self.scheduler, self.scheduler_file, self.pid_file = scheduler, scheduler_file, pid_file
         self.nannies = []
         if pid_file:
-            with open(pid_file, "w") as f:
-                f.write(str(os.getpid()))
+            try:
+                with open(pid_file, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as e:
+                raise ValueError(f"pid_file {pid_file!r} cannot be written ({e.strerror})") from None
             atexit.register(self._remove_pid_file)
 
     async def start(self):
-        """Start every Nanny (in this event loop) and give the scheduler dask-gpu's device shuffle."""
+        """Find and reach the scheduler, start every Nanny (in this event loop), and give the scheduler
+        dask-gpu's device shuffle."""
         if not self.nannies:
-            self.nannies = [spec["cls"](self.scheduler, scheduler_file=self.scheduler_file, **spec["options"],
-                                        **port, **self.extra) for spec, port in zip(self.specs, self.ports)]
+            address = await self._reach_scheduler()
+            self.nannies = [spec["cls"](address, **spec["options"], **port, **self.extra)
+                            for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
         if self.nannies:  # a scheduler started by ``dask scheduler`` has no device shuffle of its own
             await register_device_shuffles(self.nannies[0].scheduler)
         return self
+
+    async def _reach_scheduler(self) -> str:
+        """The scheduler's address, from its file where one is given, once one connection to it has
+        worked: a SchedulerError naming the file or address past --death-timeout (or the connect timeout)."""
+        timeout, why = reach.bound(self.death_timeout)
+        address = self.scheduler or dask.config.get("scheduler-address", None)
+        if self.scheduler_file:
+            address = await reach.address_from_file(self.scheduler_file, timeout, why)
+        security = (self.specs[0]["options"].get("security") if self.specs else None) or Security()
+        await reach.reach(address, timeout, why, security.get_connection_args("worker"))
+        return address
 
     def __await__(self):
         return self.start().__await__()
@@ -99,7 +126,22 @@ class CUDAWorker:
 _OWN = set(inspect.signature(CUDAWorker).parameters) - {"options"} | KEYWORDS  # for "did you mean ...?"
 
 
+def _connection_args(security: Security) -> dict:
+    """The worker's TLS context, made here: a certificate, key or CA that does not load is a ValueError now."""
+    try:
+        return security.get_connection_args("worker")
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        files = [f"{name} {value}" for name, value in [("CA", security.tls_ca_file), ("certificate",
+                 security.tls_worker_cert), ("key", security.tls_worker_key)] if value and "-----" not in value]
+        named = f" ({', '.join(files)})" if files else ""
+        raise ValueError(f"the TLS credentials do not load{named}: {e}; "
+                         "give PEM files from the scheduler's CA (--tls-ca-file, --tls-cert, --tls-key)") from None
+
+
 def _check_addresses(listen_address, contact_address, worker_port, options):
+    for value, what in [(listen_address, "listen_address"), (contact_address, "contact_address")]:
+        if value is not None:
+            checks.address(value, what)
     if contact_address and not listen_address:
         raise ValueError("contact_address needs listen_address (--contact-address needs --listen-address)")
     if listen_address and (worker_port or options.get("host")):
@@ -119,28 +161,13 @@ def apportion_ports(worker_port, nanny_port, n: int) -> list[dict]:
 def _share(spec, n: int, flag: str) -> list:
     if spec in (None, "", "0", 0):
         return [0] * n  # any free port
-    ports = port_range(spec, flag)
+    ports = checks.port_range(spec, flag)
     if len(ports) < n:
         raise ValueError(
             f"{flag} {spec!r} gives {len(ports)} port(s) for {n} GPU workers: "
             f"give a range of at least {n}, e.g. {ports[0]}:{ports[0] + n - 1}"
         )
     return [list(ports[i::n]) for i in range(n)]
-
-
-def port_range(spec, flag: str) -> range:
-    """A port (9000) or a range ("9000:9010") as ports, checked before any is listed: 1:10**12 is an error."""
-    text = str(spec) if isinstance(spec, (int, str)) and not isinstance(spec, bool) else ""
-    match = re.fullmatch(r"\s*([0-9]{1,20})\s*(?::\s*([0-9]{1,20})\s*)?", text)
-    if not match:
-        raise ValueError(f"{flag} {spec!r} is not a port or a range like 9000:9010")
-    first, last = int(match[1]), int(match[2] or match[1])
-    bad = [p for p in (first, last) if not 0 < p < 65536]
-    if bad:
-        raise ValueError(f"{flag} {spec!r}: port {bad[0]} is outside 1-65535")
-    if last < first:
-        raise ValueError(f"{flag} {spec!r}: a range's last port must be above its first, e.g. 9000:9010")
-    return range(first, last + 1)
 
 
 async def serve(worker: CUDAWorker) -> int:
@@ -163,15 +190,22 @@ async def serve(worker: CUDAWorker) -> int:
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if serving.done() and serving.exception() is not None:
-        error = serving.exception()
-        where = worker.scheduler or worker.scheduler_file
-        if isinstance(error, asyncio.TimeoutError):
-            logger.error("dask gpu worker: the workers did not join the scheduler at %s in time (%s); exiting",
-                         where, error)
-        else:
-            logger.error("dask gpu worker: workers failed: %s", error)
+        logger.error("dask gpu worker: %s", failure(serving.exception(), worker.scheduler or worker.scheduler_file))
         code = 1
     serving.cancel()
     stopping.cancel()
     await worker.close(timeout=10)
     return code
+
+
+def failure(error: BaseException, where) -> str:
+    """One line on why the workers stopped: the first cause, not distributed's "Nanny failed to start"."""
+    if isinstance(error, reach.SchedulerError):
+        return str(error)
+    if isinstance(error, asyncio.TimeoutError):
+        return f"the workers did not join the scheduler at {where} in time ({error}); exiting"
+    for _ in range(10):  # "Nanny failed to start" from the worker's own error, and so on
+        if error.__cause__ is None:
+            break
+        error = error.__cause__
+    return f"workers failed: {type(error).__name__}: {error}"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
 import logging
 import os
 import sys
+import time
 import warnings
 
 from distributed import WorkerPlugin
+
+from dask_gpu.kernel_cache import use_kernel_cache
 
 
 class GPUWorker(WorkerPlugin):
@@ -38,12 +42,15 @@ class GPUWorker(WorkerPlugin):
 
         if self.cpu_affinity:
             pin_threads(self.cpu_affinity)
+        use_kernel_cache()  # gpu.kernel-cache, given as CUPY_CACHE_DIR, even where CuPy came first
         if self.allocator is not None and not self.device.get("simulated"):
             self._prepare_allocator(worker)
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
         stats.export(worker)
+        if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
+            worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)
 
     def _prepare_allocator(self, worker):
         """The allocator, with spilling on allocation failure, before the first allocation.
@@ -71,6 +78,22 @@ class GPUWorker(WorkerPlugin):
             "allocator": self.allocator.describe() if self.allocator is not None else None,
             "cudf_spill": self.cudf_spill[0],
         }
+
+
+def forget_lost_key(worker, key, tries: int = 100) -> None:
+    """Have the scheduler forget ``worker``'s copy of ``key``, whose spill file was changed or lost, so that it is
+    computed again where it is still wanted. Not while a task of the worker reads it (that task fails, naming
+    the file): distributed refuses then; so every 0.1 s, ``tries`` times at most."""
+    from distributed.worker_state_machine import RemoveReplicasEvent
+
+    ts = worker.state.tasks.get(key)
+    if ts is None or ts.state != "memory":
+        return
+    if any(dep.state in ("executing", "long-running") for dep in ts.dependents):
+        if tries > 0:
+            worker.loop.call_later(0.1, forget_lost_key, worker, key, tries - 1)
+        return
+    worker.handle_stimulus(RemoveReplicasEvent(keys=[key], stimulus_id=f"spill-file-lost-{time.time()}"))
 
 
 def import_modules(modules, worker=None) -> None:
@@ -155,26 +178,56 @@ class RMMSetup(WorkerPlugin):
                             getattr(data, "describe", lambda: "no device tier"))
 
 
-def spill_cudf(on: bool, statistics: int = 0) -> None:
-    """cuDF's own spilling, set once cuDF is imported, without importing it.
+def spill_cudf(on: bool, statistics: int = 0):
+    """cuDF's own spilling, set once cuDF is imported, without importing it; returns what undoes it.
 
     cuDF reads its options when it makes its first buffer; where that happened already (a client
-    that used cuDF before it made the cluster), its spill manager is started here.
+    that used cuDF before it made the cluster), its spill manager is started here. A cuDF buffer
+    travels with its kind: a process whose spilling is off cannot read a spillable one, so a client
+    that closes its cluster turns its own back (the undo).
     """
+    cudf = sys.modules.get("cudf")
+    before = (cudf.get_option("spill"), cudf.get_option("spill_stats")) if cudf else None
 
     def configure(cudf):
         cudf.set_option("spill", on)
         cudf.set_option("spill_stats", statistics)
-        if on:
-            from cudf.core.buffer import spill_manager
+        from cudf.core.buffer import spill_manager
 
-            if spill_manager.get_global_manager() is None:
-                spill_manager.set_global_manager(spill_manager.SpillManager(
-                    device_memory_limit=cudf.get_option("spill_device_limit"), statistic_level=statistics))
-                if cudf.get_option("spill_on_demand"):
-                    spill_manager.set_spill_on_demand_globally()
+        if not on:  # new buffers plain again; those made spillable keep their manager, as cuDF allows
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "overwriting non-empty manager", UserWarning)
+                spill_manager.set_global_manager(None)
+        elif _global_manager(spill_manager) is None:
+            spill_manager.set_global_manager(spill_manager.SpillManager(
+                device_memory_limit=cudf.get_option("spill_device_limit"), statistic_level=statistics))
+            if cudf.get_option("spill_on_demand"):
+                spill_manager.set_spill_on_demand_globally()
+
+    def undo():
+        pending = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.callback is configure]
+        for finder in pending:  # cuDF never came: nothing was set
+            sys.meta_path.remove(finder)
+        if not pending and "cudf" in sys.modules:
+            spill, stats = before or (_env_flag("CUDF_SPILL"), int(os.environ.get("CUDF_SPILL_STATS", "0") or 0))
+            spill_cudf(spill, stats)
 
     when_imported("cudf", configure)
+    return undo
+
+
+def _global_manager(spill_manager):
+    """cuDF's spill manager, which cuDF makes on first asking where its option says so; its spilling on
+    demand may then find another allocation-failure callback (dask-gpu's own) registered first."""
+    try:
+        return spill_manager.get_global_manager()
+    except ValueError:  # the manager was made and set before cuDF tried to register on-demand spilling
+        return spill_manager.get_global_manager()
+
+
+def _env_flag(name: str) -> bool:
+    """A boolean environment variable as cuDF reads its own (its option's default)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
 
 
 def pin_threads(cores) -> bool:

@@ -10,7 +10,10 @@ from dask.utils import format_bytes
 from dask_gpu.devices import System
 
 # Distributions that matter on a GPU machine; CUDA builds add a suffix (cupy-cuda12x, rmm-cu13, dask-cuda).
-LIBRARIES = ("cupy", "rmm", "distributed-ucxx", "ucxx", "cudf", "torch", "nvidia-ml-py", "dask", "distributed")
+LIBRARIES = ("cupy", "rmm", "distributed-ucxx", "ucxx", "libucx", "cudf", "dask-cudf", "dask-cuda", "torch",
+             "nvidia-ml-py", "dask", "distributed", "numpy", "pandas", "pyarrow", "numba", "bokeh", "xxhash")
+# The GPU libraries a bug report should say are missing, by distribution name (before any CUDA suffix).
+WANTED = {"cupy": "CuPy", "cudf": "cuDF", "rmm": "RMM", "distributed-ucxx": "UCX (distributed-ucxx)"}
 
 
 def installed() -> dict[str, str]:
@@ -23,15 +26,72 @@ def installed() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def missing(libs: dict) -> list[str]:
+    """The GPU libraries of WANTED that none of ``libs`` provides."""
+    return [label for name, label in WANTED.items() if not any(k == name or k.startswith(name + "-cu") for k in libs)]
+
+
 def system_dict(system: System) -> dict:
+    libs = installed()
     return {
         "state": system.state.value,
         "message": system.message,
         "driver_version": system.driver_version,
         "cuda_version": system.cuda_version,
         "devices": [{**d.describe(), "mig": [m.describe() for m in d.mig]} for d in system.devices],
-        "installed": installed(),
+        "installed": libs,
+        "not_installed": missing(libs),
+        **platform_dict(),
+        "config": config_rows(),
+        "environment": environment(),
+        "problems": config_problems(),
     }
+
+
+def platform_dict() -> dict:
+    """dask-gpu, Python and the operating system, as a bug report wants them."""
+    import platform
+
+    from dask_gpu import __file__ as where
+    from dask_gpu import __version__
+
+    return {"dask_gpu": __version__, "dask_gpu_path": os.path.dirname(where),
+            "python": f"{platform.python_version()} ({platform.python_implementation()})",
+            "platform": platform.platform(), "cpu_count": os.cpu_count()}
+
+
+def config_rows() -> list[dict]:
+    """Each ``gpu.*`` key in force: its value and its default (None for a key dask-gpu does not know)."""
+    import dask
+
+    from dask_gpu.config import defaults
+
+    given, known = dask.config.get("gpu", {}), defaults["gpu"]
+    given = given if isinstance(given, dict) else {}
+    keys = sorted(set(known) | {str(k).replace("_", "-") for k in given})
+    values = {str(k).replace("_", "-"): v for k, v in given.items()}
+    return [{"key": f"gpu.{k}", "value": values.get(k), "default": known.get(k), "known": k in known} for k in keys]
+
+
+def environment() -> dict:
+    """The variables that choose GPUs or set dask-gpu's configuration."""
+    names = ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *sorted(k for k in os.environ if k.startswith("DASK_GPU__"))]
+    return {name: os.environ.get(name) for name in names}
+
+
+def config_problems() -> list[str]:
+    """What a cluster would refuse in the configuration: a misspelled gpu.* key, a bad value."""
+    import warnings
+
+    from dask_gpu.options import WorkerOptions
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fallback from UCX to TCP, say: not a problem of the configuration
+            WorkerOptions.resolve()
+    except (ValueError, TypeError) as e:
+        return [str(e)]
+    return []
 
 
 def system_text(system: System) -> str:
@@ -49,9 +109,28 @@ def system_text(system: System) -> str:
         lines.append("To try GPU cluster code without a GPU, simulate devices: DASK_GPU__SIMULATE=2 dask gpu info")
     libs = installed()
     lines.append("Installed: " + ", ".join(f"{k} {v}" for k, v in libs.items()))
+    if missing(libs):
+        lines.append("Not installed: " + ", ".join(missing(libs)))
     if not any(k.startswith("cupy") for k in libs):
         lines.append("CuPy is not installed: pip install 'dask-gpu[cuda12]' or 'dask-gpu[cuda13]' for GPU arrays.")
-    return "\n".join(lines)
+    about = platform_dict()
+    lines.append(f"dask-gpu {about['dask_gpu']} ({about['dask_gpu_path']}), Python {about['python']}, "
+                 f"{about['platform']}, {about['cpu_count']} CPU cores")
+    return "\n".join([*lines, config_text(config_rows()), environment_text(environment()),
+                      *(f"Configuration problem: {p}" for p in config_problems())])
+
+
+def config_text(rows: list[dict]) -> str:
+    """The gpu.* configuration as a table; a value that is not the default says what the default is."""
+    out = [("configuration", "value", "default (where it differs)")]
+    for r in rows:
+        default = "(unknown key)" if not r["known"] else "" if r["value"] == r["default"] else repr(r["default"])
+        out.append((r["key"], repr(r["value"]), default))
+    return table(out)
+
+
+def environment_text(env: dict) -> str:
+    return "Environment: " + ", ".join(f"{k}={v}" if v is not None else f"{k} unset" for k, v in env.items())
 
 
 def worker_dict(dask_worker) -> dict:

@@ -14,6 +14,7 @@ from distributed import Nanny
 from distributed.system import MEMORY_LIMIT
 
 from dask_gpu.devices import Device, rotate
+from dask_gpu.kernel_cache import kernel_cache_env
 from dask_gpu.memory.allocator import resolve_allocator
 from dask_gpu.memory.store import DeviceHostDiskStore
 from dask_gpu.options import WorkerOptions, device_memory_bytes, fraction_bytes
@@ -38,6 +39,7 @@ def gpu_worker_spec(
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
     if "RAPIDS_NO_INITIALIZE" not in os.environ:
         env["RAPIDS_NO_INITIALIZE"] = "True"  # cuDF's import skips its device checks: the first task needs none
+    env.update(kernel_cache_env())
     own_data = options.extra.get("data") is not None  # the user's store replaces the device tier
     device_limit = 0 if own_data else device_memory_bytes(options.device_memory_limit, device.memory_total)
     plugin = GPUWorker(

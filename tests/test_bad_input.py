@@ -636,6 +636,7 @@ def test_config_bad_values_refused(key, data):
         "log-spilling": st.sampled_from(["yes", 1, None]),
         "shuffle": st.sampled_from(["gpus", 5, "", "tasks"]),
         "partition-size": st.sampled_from([0, -1, "x", 1.5, "GB", None]),
+        "kernel-cache": st.sampled_from([5, ["a"], "/proc/no-such-directory", True]),
     }
     value = data.draw(bad[key])
     with dask.config.set({"gpu.simulate": 2, f"gpu.{key}": value}):

@@ -125,7 +125,10 @@ def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installe
     "args, match",
     [
         (["--shape", "100", "--chunks", "200"], "larger"),
-        (["--shape", "-5"], "positive"),
+        (["--shape", "-5"], "-5 is not in the range x>=1"),
+        (["--shape", "0"], "Invalid value for '--shape': 0 is not in the range x>=1"),
+        (["--chunks", "0"], "Invalid value for '--chunks': 0 is not in the range x>=1"),
+        (["--workloads", "summ"], "did you mean 'sum'"),
         (["--workloads", "sum,fft"], "unknown workloads \\['fft'\\]"),
         (["--compare", "ray"], "'ray' is not 'dask-cuda'"),
         (["--repeat", "0"], "0 is not in the range x>=1"),
@@ -140,6 +143,21 @@ def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installe
 def test_bad_input_is_a_usage_error(args, match):
     result = CliRunner().invoke(gpu, ["bench", *args])
     assert result.exit_code == 2 and re.search(match, result.output), result.output
+    assert "running" not in result.output  # refused before the progress bar
+
+
+@pytest.mark.parametrize("shape, chunks", [(0, None), (None, 0), (0, 0), (-1, 10)])
+def test_a_zero_size_is_refused_not_the_default(shape, chunks):
+    with pytest.raises(ValueError, match="--shape and --chunks must be whole numbers >= 1"):
+        seed.resolve_size("small", shape, chunks)
+
+
+def test_the_table_marks_right_and_wrong_answers():
+    runs = [{"workload": "sum", "architecture": "1 CPU core", "seconds": 1.0, "correct": True},
+            {"workload": "sum", "architecture": "1 GPU", "seconds": 2.0, "correct": False}]
+    table = seed.table({"shape": 8, "chunks": 4, "columns": ["1 CPU core", "1 GPU"], "workloads": {"sum": "s"},
+                        "runs": runs, "notes": []})
+    assert "1.00 s ✓" in table and "2.00 s WRONG" in table
 
 
 @pytest.mark.gpu

@@ -138,7 +138,8 @@ def test_pre_import_runs_in_each_worker(simulate):
     "kwargs, error, match",
     [
         ({"n_workers": 3}, ValueError, "2 GPU"),
-        ({"n_workers": -1}, ValueError, "cannot run -1"),
+        ({"n_workers": -1}, ValueError, "n_workers=-1: a LocalCUDACluster runs 1 to 2 GPU workers here"),
+        ({"n_workers": 0}, ValueError, "n_workers=0: .*give n_workers=0 with cpu_workers=N"),
         ({"CUDA_VISIBLE_DEVICES": "5"}, ValueError, "'5'.*indices 0-1"),
         ({"CUDA_VISIBLE_DEVICES": "0,x"}, ValueError, "'x'"),
         ({"device_memory_limit": "64GB"}, ValueError, "larger than the device"),
@@ -194,6 +195,46 @@ def test_cudf_spilling_reaches_every_gpu_worker(simulate):
             Client(cluster) as client:
         assert all(w["cudf_spill"] for w in by_name(client).values())
         assert cluster.options.cudf_spill_stats == 1
+
+
+def fake_cudf(monkeypatch):
+    """cuDF's options and global spill manager, as far as dask-gpu sets them."""
+    import sys
+    import types
+
+    manager = types.SimpleNamespace(value=None)
+    spill_manager = types.SimpleNamespace(
+        get_global_manager=lambda: manager.value, set_global_manager=lambda m: setattr(manager, "value", m),
+        SpillManager=lambda **kwargs: ("manager", kwargs), set_spill_on_demand_globally=lambda: None)
+    options = {"spill": False, "spill_stats": 0, "spill_device_limit": None, "spill_on_demand": False}
+    cudf = types.SimpleNamespace(get_option=options.__getitem__, set_option=options.__setitem__, manager=manager)
+    for name, module in {"cudf": cudf, "cudf.core.buffer": types.SimpleNamespace(spill_manager=spill_manager),
+                         "cudf.core": types.SimpleNamespace()}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return cudf
+
+
+def test_a_closed_cluster_gives_the_client_its_cudf_spilling_back(simulate, monkeypatch):
+    """A spillable cuDF buffer that a client sends to workers whose spilling is off kills them: the client of a
+    cluster with enable_cudf_spill spills as long as the cluster lives, and no longer."""
+    simulate(1)
+    cudf = fake_cudf(monkeypatch)
+    with LocalCUDACluster(enable_cudf_spill=True, cudf_spill_stats=1, dashboard_address=False, n_workers=0,
+                          cpu_workers=1):
+        assert cudf.get_option("spill") and cudf.get_option("spill_stats") == 1 and cudf.manager.value
+    assert not cudf.get_option("spill") and cudf.get_option("spill_stats") == 0 and cudf.manager.value is None
+
+
+def test_a_cluster_closed_before_cudf_came_leaves_nothing_pending(simulate):
+    import sys
+
+    from dask_gpu.plugins import _AfterImport
+
+    simulate(1)
+    assert "cudf" not in sys.modules
+    with LocalCUDACluster(enable_cudf_spill=True, dashboard_address=False, n_workers=0, cpu_workers=1):
+        assert any(isinstance(f, _AfterImport) and f.name == "cudf" for f in sys.meta_path)
+    assert not any(isinstance(f, _AfterImport) and f.name == "cudf" for f in sys.meta_path)
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

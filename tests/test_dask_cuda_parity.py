@@ -356,8 +356,8 @@ WORKER_OPTION_EFFECTS = [
     (["--interface", "lo"], lambda w: opts(w)["interface"] == "lo"),
     (["--preload", "json"], lambda w: opts(w)["preload"] == ["json"]),
     (["--death-timeout", "1 minute"], lambda w: opts(w)["death_timeout"] == 60),
-    (["--tls-ca-file", __file__, "--tls-cert", __file__, "--tls-key", __file__],
-     lambda w: opts(w)["security"].tls_worker_cert == __file__),
+    (["--tls-ca-file", "{pem}/ca.pem", "--tls-cert", "{pem}/cert.pem", "--tls-key", "{pem}/key.pem"],
+     lambda w: opts(w)["security"].tls_worker_cert.endswith("cert.pem")),
     (["--protocol", "ucx", "--enable-tcp-over-ucx", "--disable-infiniband", "--enable-nvlink", "--enable-rdmacm"],
      lambda w: opts(w)["config"]["distributed-ucxx"] == {"tcp": True, "infiniband": False, "nvlink": True,
                                                          "rdmacm": True, "cuda-copy": True}),
@@ -371,8 +371,12 @@ WORKER_OPTION_EFFECTS = [
 
 @pytest.mark.parametrize("args, effect", WORKER_OPTION_EFFECTS,
                          ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_each_dask_cuda_worker_option_does_what_it_says(args, effect, rmm_found, ucxx_found):
-    code, output, worker, _ = run_worker(*args)
+def test_each_dask_cuda_worker_option_does_what_it_says(args, effect, rmm_found, ucxx_found, tmp_path):
+    if any("{pem}" in a for a in args):  # credentials that load: the worker's TLS context is made before it starts
+        credentials = pytest.importorskip("distributed").Security.temporary()
+        for name, field in [("ca", "tls_ca_file"), ("cert", "tls_worker_cert"), ("key", "tls_worker_key")]:
+            (tmp_path / f"{name}.pem").write_text(getattr(credentials, field))
+    code, output, worker, _ = run_worker(*(a.replace("{pem}", str(tmp_path)) for a in args))
     assert code == 0, output
     assert effect(worker)
 
@@ -409,7 +413,7 @@ def test_a_death_timeout_that_expires_exits_with_code_1(tmp_path):
     done = subprocess.run([sys.executable, "-m", "dask", "gpu", "worker", "tcp://127.0.0.1:9", "--death-timeout", "1",
                            "--no-dashboard"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert "the workers did not join the scheduler at tcp://127.0.0.1:9 in time" in done.stderr
+    assert "cannot reach the scheduler at tcp://127.0.0.1:9 within 1 s (--death-timeout)" in done.stderr
 
 
 def test_dask_scheduler_with_dask_gpu_worker_worker_class_and_cudf_spill(scheduler, tmp_path):

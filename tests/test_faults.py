@@ -1,5 +1,5 @@
 """Faults a GPU cluster meets: killed workers, device memory exhausted, a full or broken spill disk,
-a scheduler that goes away, SIGTERM while spilling. Nothing is lost and nothing hangs.
+a scheduler that goes away, SIGTERM while spilling, many clients at once. Nothing is lost and nothing hangs.
 
 Without a GPU, simulated devices and a stand-in device type (``standin_device``) exercise the same
 worker, store and allocator code; the ``gpu`` tests repeat what needs real device memory.
@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import psutil
@@ -21,6 +23,7 @@ from distributed import Client, get_worker, wait
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.memory.allocator import DeviceMemoryError, allocate_with_spill
+from dask_gpu.memory.checksum import SpillFileError
 from dask_gpu.memory.store import DeviceHostDiskStore
 
 HERE = os.path.dirname(__file__)
@@ -155,7 +158,8 @@ def files_in(directory) -> list:
 
 
 @pytest.mark.parametrize("fault", ["disk full", "directory gone"])
-def test_a_full_or_broken_spill_disk_keeps_the_data_in_memory(host_spilling_store, fault, monkeypatch):
+def test_a_full_or_broken_spill_disk_keeps_the_data_in_memory_up_to_the_limit(host_spilling_store, fault,
+                                                                              monkeypatch):
     import zict.file
 
     store = host_spilling_store
@@ -164,10 +168,14 @@ def test_a_full_or_broken_spill_disk_keeps_the_data_in_memory(host_spilling_stor
     else:  # the directory was removed and something else took its name
         os.rmdir(store._directory)
         open(store._directory, "w").close()
-    values = {f"x{i}": np.full(400, i, dtype="uint8") for i in range(5)}
+    values = {f"x{i}": np.full(400, i, dtype="uint8") for i in range(2)}
     for key, value in values.items():
-        store[key] = value  # past 600 bytes the host tier tries the disk, which fails
-    assert not store.disk  # nothing is taken for spilled that is not whole on disk
+        store[key] = value  # past 600 bytes the host tier tries the disk, which fails: kept in memory
+    with pytest.raises(SpillFileError, match=f"'x2' is not stored: .* past its memory_limit .*spilling to disk "
+                                             f"failed: cannot write the spill file of 'x0' under {store._directory}"):
+        store["x2"] = np.full(400, 2, dtype="uint8")  # past the 1000-byte limit: refused, loudly
+    assert "x2" not in store and not store.disk  # nothing is taken for spilled that is not whole on disk
+    assert store.metrics()["disk-write-errors"] >= 2
     for key, value in values.items():
         assert np.array_equal(store[key], value)
     if fault == "disk full":
@@ -272,3 +280,35 @@ def test_sigterm_while_spilling_leaves_no_spill_files_or_processes(tmp_path):
         assert not [f for f in files_in(local) if "storage" in f], "spill files left behind"
     finally:
         stop(worker, scheduler)
+
+
+# --- many clients at once ---------------------------------------------------------------------------
+
+
+def square(i):
+    return i * i
+
+
+def one_clients_work(address, i, everyone):
+    """A client of its own: a few tasks whose answer depends on ``i``, once all the clients are connected."""
+    with Client(address, timeout="60s", set_as_default=False) as client:
+        everyone.wait(timeout=60)
+        parts = client.map(square, [i, i + 1, i + 2], pure=False)
+        total = client.submit(sum, parts, pure=False)
+        result = total.result(timeout=60)
+    return result, client.status
+
+
+def test_200_clients_at_once_each_get_their_own_right_answer_and_close(simulate):
+    n = 200
+    simulate(2)
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        everyone = threading.Barrier(n)
+        with ThreadPoolExecutor(n) as pool:
+            futures = [pool.submit(one_clients_work, cluster.scheduler_address, i, everyone) for i in range(n)]
+            results = [f.result(timeout=120) for f in futures]
+        assert results == [(i * i + (i + 1) ** 2 + (i + 2) ** 2, "closed") for i in range(n)]
+        # the scheduler let each one go; only this test's own client is left
+        wait_for(lambda: set(cluster.scheduler.clients) <= {client.id, "fire-and-forget"}, timeout=30,
+                 what="the clients to leave the scheduler")
+        assert client.submit(slow_square, 3).result(timeout=30) == 9

@@ -12,12 +12,15 @@ pytestmark = pytest.mark.gpu
 
 
 def cuda_uuid() -> str:
-    """UUID of CUDA device 0 in this process, as NVML writes it."""
+    """UUID of CUDA device 0 in this process, as NVML writes it: found by its PCI bus ID (CUDA's UUID
+    bytes come through CuPy as a C string, cut at a zero byte)."""
     import cupy
+    import pynvml
 
-    raw = cupy.cuda.runtime.getDeviceProperties(0)["uuid"]
-    h = bytes(raw).hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByPciBusId(cupy.cuda.Device(0).pci_bus_id)
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
+    return uuid.decode() if isinstance(uuid, bytes) else uuid
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ results on a cluster with a timeout, scaling, the table's cells and the bar char
 
 from __future__ import annotations
 
+import difflib
 import math
 from importlib.util import find_spec
 
@@ -18,16 +19,18 @@ _NAMES = {"cupy": "CuPy", "cudf": "cuDF"}
 
 def check_options(names, known, compare, protocol, repeat, timeout) -> None:
     """The options both suites take: a ``ValueError`` that names the bad one."""
-    unknown = set(names) - set(known)
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"unknown workloads {sorted(unknown)}; choose from {list(known)}")
+        close = difflib.get_close_matches(unknown[0], list(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown workloads {unknown}; choose from {list(known)}{hint}")
     if compare not in (None, "dask-cuda"):
         raise ValueError(f"--compare takes dask-cuda, not {compare!r}")
     if protocol not in ("tcp", "ucx"):
         raise ValueError(f"--protocol takes tcp or ucx, not {protocol!r}")
-    if int(repeat) < 1:
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"--repeat must be at least 1, not {repeat}")
-    if not 0 < timeout < math.inf:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
         raise ValueError(f"--timeout ({timeout}) must be a positive number of seconds")
 
 
@@ -173,14 +176,14 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def cell(run: dict, ok: str = "") -> str:
+def cell(run: dict, ok: str = " ✓") -> str:
     """A run in the table: its time, "(est.)" where scaled up, then ``ok`` or " WRONG"."""
     if "error" in run:
         return "failed"
     return duration(run["seconds"]) + (" (est.)" if run.get("estimated") else "") + (ok if run["correct"] else " WRONG")
 
 
-def runs_table(result: dict, ok: str = "") -> str:
+def runs_table(result: dict, ok: str = " ✓") -> str:
     """One row per workload, one column per architecture."""
     cells = {(r["workload"], r["architecture"]): cell(r, ok) for r in result["runs"]}
     rows = [("workload", *result["columns"])]

@@ -106,6 +106,13 @@ def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=
     data = data or os.path.join(tempfile.gettempdir(), f"dask-gpu-bench-{rows}")
     if os.path.isfile(data):
         raise ValueError(f"--data {data} is a file; give a directory for the parquet data")
+    try:
+        os.makedirs(data, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--data {data} cannot be made ({e.strerror}); give a directory this user can write in") \
+            from None
+    if not os.access(data, os.W_OK | os.X_OK):
+        raise ValueError(f"--data {data} is not writable; give a directory this user can write in")
     names, cols, timeout = tuple(workloads or WORKLOADS), columns(compare, gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
     check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
@@ -121,12 +128,17 @@ def columns(compare=None, gpus=None) -> list[tuple[str, str, int]]:
     return cols + ([(FLOOR, "cudf", 1)] if counts else [])
 
 
+def stale(data: Data) -> bool:
+    """Whether ``data.dir`` lacks the tables ``data`` describes (its manifest says what is there)."""
+    saved, want = _read_json(os.path.join(data.dir, "manifest.json")), data.manifest()
+    return {key: saved.get(key) for key in want} != want
+
+
 def generate(data: Data, log=None) -> bool:
     """Writes the tables unless ``data.dir`` holds them already; True where it wrote them. ``log(line)``
     follows each file."""
     manifest, want = os.path.join(data.dir, "manifest.json"), data.manifest()
-    saved = _read_json(manifest)
-    if {key: saved.get(key) for key in want} == want:
+    if not stale(data):
         return False
     ours = [glob.glob(os.path.join(data.path(table), "*.parquet")) for table in ("left", "right")]
     for path in [manifest, os.path.join(data.dir, REFERENCES), *ours[0], *ours[1]]:
@@ -190,9 +202,9 @@ def check(got, want, rows: int) -> bool:
     return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-9, atol=1e-12 * rows))
 
 
-def run(plan: Plan, progress=None, checkpoint=None, log=None) -> dict:
-    """Every workload in every column; ``progress(label)`` before the references and each run,
-    ``checkpoint(result)`` after each column."""
+def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> dict:
+    """Every workload in every column; ``progress(label)`` before the references and each run, ``status(text)``
+    before its warm-up and its timed runs, ``checkpoint(result)`` after each column."""
     from dask_gpu.dataframe.scheduler import quiet_shuffle_logs
 
     quiet_shuffle_logs()  # P2P shuffles log a WARNING each on the scheduler, which runs in this process
@@ -208,7 +220,7 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None) -> dict:
         result["notes"].append(f"above {IN_PROCESS_ROWS:,} rows, answers are checked against the pandas column's")
 
     def measure(engine, name, count):
-        row = _measure(engine, name, plan.repeat)
+        row = _measure(engine, name, plan.repeat, status)
         if "answer" in row:
             answer = row.pop("answer")
             if name not in answers and engine.library == "pandas":
@@ -225,11 +237,13 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None) -> dict:
                        lambda kind, count: _column(kind, count, plan), measure, progress, keep)
 
 
-def _measure(engine, name, repeat) -> dict:
+def _measure(engine, name, repeat, status=None) -> dict:
     """A warm-up run, then ``repeat`` timed ones, and the last one's answer."""
     workload, times, result = WORKLOADS[name], [], None
     try:
-        for _ in range(1 + repeat):
+        for i in range(1 + repeat):
+            if status:
+                status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
             result = None  # the previous run's memory goes first; dask collections sit in reference cycles, so
             gc.collect()  # only a collection frees their keys, which an identical run would find still computed
             start = time.perf_counter()

@@ -85,10 +85,14 @@ WORKLOADS = {
 
 
 def resolve_size(size: str = "small", shape: int | None = None, chunks: int | None = None) -> tuple[int, int]:
+    if size not in SIZES:
+        raise ValueError(f"--size {size!r}: the array suite has {', '.join(SIZES)}")
     n, c = SIZES[size]
-    n, c = shape or n, chunks or min(c, shape or c)
-    if n <= 0 or c <= 0:
-        raise ValueError(f"shape and chunks must be positive, not {n} and {c}")
+    n = n if shape is None else shape
+    c = min(c, n) if chunks is None else chunks  # 0 is a size given, and refused: not the default
+    for value in (n, c):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"--shape and --chunks must be whole numbers >= 1, not {n!r} and {c!r}")
     if c > n:
         raise ValueError(f"chunks ({c}) cannot be larger than the array's side ({n})")
     return n, c
@@ -101,24 +105,34 @@ def architectures(compare: str | None = None, gpus: str | None = None) -> list[t
     return columns + gpu_columns(gpu_counts(gpus, available_gpus(("cupy",), find_spec)), compare)
 
 
+def check(size="small", shape=None, chunks=None, workloads=None, compare=None, protocol=None, repeat=1,
+          timeout=None, cpu_budget=None, gpus=None) -> int:
+    """Every argument of :func:`run` checked (a ``ValueError`` that names the bad one); the number of runs."""
+    resolve_size(size, shape, chunks)
+    columns, names = architectures(compare, gpus), list(workloads or WORKLOADS)
+    check_options(names, WORKLOADS, compare, protocol or default_protocol(columns), repeat, timeout or TIMEOUT)
+    if cpu_budget is not None and not 0 < cpu_budget < math.inf:
+        raise ValueError(f"--cpu-budget ({cpu_budget}) must be a positive number of values")
+    return len(columns) * len(names)
+
+
 def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None,
-        protocol=None, repeat=1, timeout=None, cpu_budget=None, gpus=None, checkpoint=None) -> dict:
-    """Every workload on every architecture; ``progress(label)`` is called before each run, and
-    ``checkpoint(result)`` after each column, so that a run stopped part way keeps what it measured."""
+        protocol=None, repeat=1, timeout=None, cpu_budget=None, gpus=None, checkpoint=None, status=None) -> dict:
+    """Every workload on every architecture; ``progress(label)`` is called before each run, ``status(label)``
+    as a GPU column warms up, and ``checkpoint(result)`` after each column, so that a run stopped part way
+    keeps what it measured."""
+    check(size, shape, chunks, workloads, compare, protocol, repeat, timeout, cpu_budget, gpus)
     n, c = resolve_size(size, shape, chunks)
     columns = architectures(compare, gpus)
     protocol, timeout = protocol or default_protocol(columns), timeout or TIMEOUT
     cpu_budget, names, repeat = cpu_budget or CPU_BUDGET, list(workloads or WORKLOADS), int(repeat)
-    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
-    if not 0 < cpu_budget < math.inf:
-        raise ValueError(f"--cpu-budget ({cpu_budget}) must be a positive number of values")
     result = {"shape": n, "chunks": c, "protocol": protocol, "repeat": repeat, "cpu_budget": cpu_budget,
               "workloads": {w: WORKLOADS[w][0] for w in names},
               "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": []}
     columns, result["notes"] = gpu_notes(columns, compare, ("cupy",), find_spec)
 
     def measure(context, name, count):
-        return _measure(name, count, n, c, context.client, repeat, timeout, cpu_budget)
+        return _measure(name, count, n, c, context.client, repeat, timeout, cpu_budget, status)
 
     return run_columns(result, columns, names, lambda kind, count: _context(kind, count, protocol), measure,
                        progress, checkpoint)
@@ -148,7 +162,7 @@ class _context:
             self.config.__exit__(*exc)
 
 
-def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
+def _measure(name, count, n, c, client, repeat, timeout, cpu_budget, status=None) -> dict:
     make = WORKLOADS[name][1]
     if client is None:  # a CPU column: one run
         rs, repeat = da.random.RandomState(), 1
@@ -161,7 +175,7 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
     times = []
     try:
         if client is not None:
-            warm_up(client, make, rs, c, timeout)
+            warm_up(client, make, rs, c, timeout, status and (lambda worker: status(f"warming up on {worker}")))
         for _ in range(repeat):
             problem = make(rs, n, c, budget)
             start = time.perf_counter()
@@ -178,10 +192,13 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget) -> dict:
     return row
 
 
-def warm_up(client, make, rs, c, timeout=TIMEOUT) -> None:
-    """``make``'s workload, two chunks a side, once on every worker: imports, kernels and generators on every GPU."""
-    for worker in client.scheduler_info()["workers"]:
-        _compute(make(rs, 2 * c, c, math.inf).expr, client, timeout, workers=[worker])
+def warm_up(client, make, rs, c, timeout=TIMEOUT, status=None) -> None:
+    """``make``'s workload, two chunks a side, once on every worker: imports, kernels and generators on every GPU.
+    ``status(name)`` before each worker's."""
+    for address, worker in client.scheduler_info(n_workers=-1)["workers"].items():
+        if status:
+            status(worker.get("name", address))
+        _compute(make(rs, 2 * c, c, math.inf).expr, client, timeout, workers=[address])
 
 
 def table(result: dict) -> str:
@@ -189,7 +206,7 @@ def table(result: dict) -> str:
     head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
     if any("GPU" in column for column in result["columns"]):
         head += f"; GPU workers over {result.get('protocol', 'tcp')}, best of {result.get('repeat', 1)} runs"
-    return "\n".join([head, runs_table(result), *scaling_lines(result), *result["notes"]])
+    return "\n".join([head, runs_table(result, ok=" ✓"), *scaling_lines(result), *result["notes"]])
 
 
 def plot(result: dict, path: str) -> None:

@@ -7,6 +7,12 @@ move to the host tier: distributed's own ``SpillBuffer`` (a zict buffer), which 
 to ``memory_limit`` bytes in memory and spills the rest to disk files under the worker's
 local directory, compressed as ``distributed.worker.memory.spill-compression`` says.
 Reading a spilled device object moves it back to the device.
+
+Each spill file carries a checksum (:mod:`dask_gpu.memory.checksum`): a file changed or removed
+on disk is an error naming the key and the file, never a wrong value. Where the disk refuses a
+write, values stay in host memory up to ``memory_limit``; past it, the value being stored is
+refused with an error naming the spill directory, and the worker keeps everything it held. Values
+already on disk are read from their files meanwhile, and left there.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import dask
 from dask.utils import format_bytes, parse_bytes
 from distributed.spill import SpillBuffer
 
-from dask_gpu.memory import dispatch
+from dask_gpu.memory import checksum, dispatch
+from dask_gpu.memory.checksum import SpillFileError
 
 logger = logging.getLogger("dask_gpu.memory")
 spill_logger = logging.getLogger("distributed.worker")  # log_spilling: where client.get_worker_logs() reads
@@ -75,6 +82,9 @@ class DeviceHostDiskStore(MutableMapping):
         target = int(memory_limit * fraction) if memory_limit and fraction else sys.maxsize
         max_spill = dask.config.get("distributed.worker.memory.max-spill")
         self._host = SpillBuffer(self._directory, target=target, max_spill=max_spill and parse_bytes(max_spill))
+        self._files = checksum.install(self._host)
+        self.memory_limit = int(memory_limit or 0)
+        self.on_lost = None  # called with a key whose spilled value was lost (the GPU worker plugin sets it)
 
     # -- the views -----------------------------------------------------------------
 
@@ -105,12 +115,35 @@ class DeviceHostDiskStore(MutableMapping):
             if key in self:
                 del self[key]
             self._hidden += isinstance(key, Hidden)
+            failures = self._files.failures
+            moved = []
             if dispatch.spills_itself(value):
                 self._aside[key] = value
             elif dispatch.is_device(value):
-                self._keep_on_device(key, value)
+                moved = self._keep_on_device(key, value)
             else:
                 self._host[key] = value
+            if self._files.failures > failures:
+                self._refuse_if_stranded(key, moved)
+
+    def _refuse_if_stranded(self, key, moved) -> None:
+        """The disk refused a spill just now: past ``memory_limit`` of host memory, ``key`` is refused (its
+        task fails with the error, distributed's way for a store), so that the worker neither grows nor loses
+        what it holds: the device objects that ``key`` pushed to host memory (``moved``) go back to the
+        device, where it made room for them again. Below the limit, the values wait in host memory for room
+        on the disk."""
+        held = self._host.fast.total_weight
+        if not self.memory_limit or held <= self.memory_limit:
+            return
+        del self[key]
+        for pushed in moved:
+            if pushed in self._host.fast and pushed in self._spilled:
+                self[pushed]  # reading a spilled device object moves it back to the device
+        error = self._files.last_error
+        raise SpillFileError(f"{key!r} is not stored: the worker holds {format_bytes(held)} in host memory, past "
+                             f"its memory_limit of {format_bytes(self.memory_limit)}, because spilling to disk "
+                             f"failed: {error}. Free space there, or give the worker a local_directory on a "
+                             "disk with room (local_directory=, --local-directory)") from error
 
     def __getitem__(self, key):
         with self._lock:
@@ -119,15 +152,39 @@ class DeviceHostDiskStore(MutableMapping):
                 return self._device[key]
             if key in self._aside:
                 return self._aside[key]
+            stay = self._files.failing and key in self._host.slow  # no room can be made for it: it stays on disk
             if key not in self._spilled:
-                return self._host[key]
+                return self._from_host(key, stay)
             start = time.perf_counter()
-            value = dispatch.to_device(self._host[key])
+            value = dispatch.to_device(self._from_host(key, stay))
             self._count("host-to-device", dispatch.device_nbytes(value), start, key)
+            if stay:
+                return value
             del self._host[key]
             self._spilled.discard(key)
             self._keep_on_device(key, value)
             return value
+
+    def _from_host(self, key, stay: bool = False):
+        """The host tier's value; where its spill file was changed or lost, the key is forgotten (no tier holds
+        its value any more), ``on_lost(key)`` is told, and the SpillFileError naming the file is raised.
+
+        Reading a value back from disk makes room for it in host memory by spilling older ones. While the disk
+        refuses writes (``stay``), a value is read from its file and left there, so that reading does not grow
+        host memory; where the disk refuses those writes first during this read, the value was read all the
+        same, and it is returned, the others kept in memory."""
+        failures = self._files.failures
+        try:
+            return self._host.slow[key] if stay else self._host[key]
+        except SpillFileError as e:
+            if self._files.failures > failures:  # a write to make room failed, after the read went right
+                logger.error("%s; keeping data in memory", e)
+                return self._host.fast[key] if key in self._host.fast else self._host.slow[key]
+            logger.error("%s; the worker forgets the key, to be computed again where it is still wanted", e)
+            del self[key]
+            if self.on_lost is not None:
+                self.on_lost(key)
+            raise
 
     def __delitem__(self, key) -> None:
         with self._lock:
@@ -154,11 +211,12 @@ class DeviceHostDiskStore(MutableMapping):
 
     # -- spilling -------------------------------------------------------------------
 
-    def _keep_on_device(self, key, value) -> None:
-        """``value`` in the device tier, most recently used; the least recently used leave past the limit."""
+    def _keep_on_device(self, key, value) -> list:
+        """``value`` in the device tier, most recently used; the least recently used leave past the limit (the
+        keys that left, returned)."""
         self._device[key] = value
         self._hold(key, dispatch.device_buffers(value))
-        self._shrink(self.device_memory_limit)
+        return self._shrink(self.device_memory_limit)
 
     def spill(self, nbytes: int) -> int:
         """Move least recently used device data to the host until ``nbytes`` of device
@@ -184,7 +242,9 @@ class DeviceHostDiskStore(MutableMapping):
         """What the memory manager may evict (see :meth:`evict`)."""
         return self._host.fast
 
-    def _shrink(self, limit: int) -> None:
+    def _shrink(self, limit: int) -> list:
+        """Move least recently used device objects to the host tier until ``limit``; the keys moved."""
+        moved = []
         while self.device_bytes > limit and self._device:
             key, value = next(iter(self._device.items()))
             start = time.perf_counter()
@@ -193,12 +253,14 @@ class DeviceHostDiskStore(MutableMapping):
             except Exception:  # e.g. no device memory left to make a strided array contiguous
                 logger.exception("could not move %r to host memory; it stays on the device", key)
                 self._device.move_to_end(key)
-                return
+                return moved
             del self._device[key]
             released = self._release(key)
             self._host[key] = host
             self._spilled.add(key)
             self._count("device-to-host", released, start, key)
+            moved.append(key)
+        return moved
 
     def _hold(self, key, buffers) -> None:
         buffers = dict(buffers)  # distinct allocations
@@ -258,6 +320,7 @@ class DeviceHostDiskStore(MutableMapping):
                 "host-keys": len(self._host.fast),
                 "disk-bytes": disk,
                 "disk-keys": len(self._host.slow),
+                "disk-write-errors": self._files.failures,
                 "self-spilling-keys": len(self._aside),
                 **{k: v for k, v in self.counters.items()},
                 **{f"host-{label}-{unit}": v for (label, unit), v in self._host.cumulative_metrics.items()},
@@ -273,7 +336,8 @@ class DeviceHostDiskStore(MutableMapping):
             self._aside.clear()
             self._hidden = 0
             self._spilled.clear()
-            self._host.clear()
+            for key in list(self._host):  # not clear(): it reads each value back from disk before it drops it
+                del self._host[key]
             shutil.rmtree(self._directory, ignore_errors=True)
 
 

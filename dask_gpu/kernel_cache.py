@@ -1,0 +1,44 @@
+"""The machine's cache of compiled GPU kernels: ``gpu.kernel-cache``, as CuPy's disk cache.
+
+CuPy keeps every kernel it compiles, dask-gpu's fused ones included, in one file per kernel
+named by a hash of the source, the compile options, the architecture, NVRTC's version and
+CuPy's headers, and writes each file whole (a temporary file, then a rename) behind a hash of
+its contents: every process of a machine can share one directory, and a file cut short is
+compiled again rather than loaded. A second process, or a second worker, finds there what the
+first compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from dask_gpu import checks, config
+
+
+def kernel_cache_env() -> dict:
+    """``CUPY_CACHE_DIR`` for ``gpu.kernel-cache``, made now; {} where unset (CuPy's own cache then:
+    ``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``)."""
+    cache = config.get("kernel_cache")
+    if not cache:
+        return {}
+    if not isinstance(cache, str):
+        raise ValueError(f"gpu.kernel-cache must be a directory path or null, not {cache!r}")
+    return {"CUPY_CACHE_DIR": checks.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
+
+
+def use_kernel_cache(directory: str | None = None) -> None:
+    """Make CuPy in this process compile into ``directory`` (default: ``CUPY_CACHE_DIR``).
+
+    CuPy 14 reads ``CUPY_CACHE_DIR`` once, when it is imported, and ``import dask.array`` imports
+    it: a worker whose script imports dask.array at its top has CuPy before the worker's
+    environment is set. Its disk cache is made again here, for the directory now asked for.
+    """
+    directory = directory or os.environ.get("CUPY_CACHE_DIR")
+    if not directory:
+        return
+    os.environ["CUPY_CACHE_DIR"] = directory
+    compiler = sys.modules.get("cupy.cuda.compiler")
+    backend = getattr(compiler, "_kernel_cache_backend", None)
+    if backend is not None and getattr(backend, "_cache_dir", directory) != directory:
+        compiler._set_kernel_cache_backend(type(backend)(directory))
