@@ -94,10 +94,6 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
     if rmm_release_threshold is not None and not (name == "async" or use_async):
         raise ValueError(f"rmm_release_threshold={rmm_release_threshold!r} only applies to cudaMallocAsync: "
                          "add rmm_async=True (RMM) or use allocator='async' (CuPy)")
-    if name == "rmm" and find_spec("rmm") is None:
-        what = ", ".join(f"{k}={v!r}" for k, v in given.items()) or f"allocator={allocator!r}"
-        raise ValueError(f"{what} needs RMM, but the rmm package is not installed: pip install rmm-cu12 (or "
-                         "rmm-cu13), or use allocator='pool', 'async' or 'managed' (CuPy's own)")
     # Managed memory may oversubscribe the device: only device memory is bounded by the device's size.
     pool = _size(rmm_pool_size, "rmm_pool_size", device_memory, bounded=not managed)
     maximum = _size(rmm_maximum_pool_size, "rmm_maximum_pool_size", device_memory, bounded=not managed)
@@ -110,10 +106,15 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
         if pool is not None and maximum < pool:
             raise ValueError(f"rmm_maximum_pool_size={rmm_maximum_pool_size!r} ({maximum} bytes) is smaller than "
                              f"rmm_pool_size={rmm_pool_size!r} ({pool} bytes)")
+    log_directory = _log_directory(rmm_log_directory)
+    if name == "rmm" and find_spec("rmm") is None:  # the values first: a bad one is wrong with RMM too
+        what = ", ".join(f"{k}={v!r}" for k, v in given.items()) or f"allocator={allocator!r}"
+        raise ValueError(f"{what} needs RMM, but the rmm package is not installed: pip install rmm-cu12 (or "
+                         "rmm-cu13), or use allocator='pool', 'async' or 'managed' (CuPy's own)")
     return AllocatorOptions(
         allocator=name, device_memory=device_memory, pool_size=pool, maximum_pool_size=maximum,
         managed_memory=managed, use_async=use_async, release_threshold=threshold,
-        log_directory=_log_directory(rmm_log_directory), track_allocations=track, external_libs=libraries,
+        log_directory=log_directory, track_allocations=track, external_libs=libraries,
     )
 
 
