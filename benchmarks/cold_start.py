@@ -44,12 +44,7 @@ import json, sys, time
 import dask, dask.array as da, numpy as np
 from distributed import Client, wait
 from dask_gpu import LocalCUDACluster
-
-
-def kernel_cache():
-    from cupy.cuda import compiler
-
-    return getattr(compiler._kernel_cache_backend, "_cache_dir", None)  # CuPy 14's disk cache
+from dask_gpu.kernel_cache import cupy_cache_dir
 
 
 if __name__ == "__main__":
@@ -64,7 +59,7 @@ if __name__ == "__main__":
                 10, 0.1, size=(10000, 10000), chunks=(2500, 2500))
             x, i8 = client.persist([x, i8])  # the inputs on the GPU: the clock is for the expression alone
             wait([x, i8])
-            (cache,) = client.run(kernel_cache).values()
+            (cache,) = client.run(cupy_cache_dir).values()
             times = []
             for _ in range(2):
                 start = time.perf_counter()

@@ -13,7 +13,7 @@ import time
 from distributed import wait
 
 from dask_gpu import devices
-from dask_gpu.kernel_cache import kernel_cache_env, use_kernel_cache
+from dask_gpu.kernel_cache import cupy_cache_dir, kernel_cache_env, use_kernel_cache
 
 # The seeds' array workloads, small: a kernel depends on the dtypes and the operations, not the sizes.
 WORKLOADS = {
@@ -66,8 +66,7 @@ def compile_kernels(status=None) -> dict:
     from dask_gpu.random import default_rng
 
     use_kernel_cache(kernel_cache_env().get("CUPY_CACHE_DIR"))
-    directory = getattr(cupy.cuda.compiler._kernel_cache_backend, "_cache_dir", None) or os.environ.get(
-        "CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
+    directory = cupy_cache_dir()
 
     def kernels() -> int:
         return len(os.listdir(directory)) if os.path.isdir(directory) else 0
@@ -81,7 +80,7 @@ def compile_kernels(status=None) -> dict:
         for name, workload in WORKLOADS.items():
             start = time.perf_counter()
             dask.compute(workload(x), scheduler="sync")
-            seconds[f"{name} ({source})"] = time.perf_counter() - start
+            took = seconds[f"{name} ({source})"] = time.perf_counter() - start
             if status:
-                status(f"{name} on {source}: {seconds[f'{name} ({source})']:.2f} s")
+                status(f"{name} on {source}: {took:.2f} s")
     return {"directory": directory, "before": before, "after": kernels(), "seconds": seconds}

@@ -15,7 +15,7 @@ from distributed import Client
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.cli import gpu
-from dask_gpu.kernel_cache import kernel_cache_env, use_kernel_cache
+from dask_gpu.kernel_cache import cupy_cache_dir, kernel_cache_env, use_kernel_cache
 
 
 def test_unset_leaves_cupy_its_own_cache():
@@ -56,7 +56,7 @@ def cupy_compiler(monkeypatch):
 
 def test_cupy_imported_first_is_pointed_at_the_directory(cupy_compiler, tmp_path):
     use_kernel_cache(str(tmp_path))
-    assert cupy_compiler._kernel_cache_backend._cache_dir == str(tmp_path)
+    assert cupy_compiler._kernel_cache_backend._cache_dir == str(tmp_path) == cupy_cache_dir()
     assert os.environ["CUPY_CACHE_DIR"] == str(tmp_path)
 
 
