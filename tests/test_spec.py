@@ -1,7 +1,6 @@
 import os
 import pickle
 import sys
-import types
 
 import dask
 import distributed
@@ -276,8 +275,16 @@ def plugin(**kwargs) -> GPUWorker:
     return GPUWorker(device=device, device_memory_limit=kwargs.pop("device_memory_limit", 123), **kwargs)
 
 
+class FakeWorker:
+    """What the plugin's setup reads of a worker; weakly referable and hashable, as the /metrics collector
+    (where prometheus_client is installed) keeps workers in a WeakSet."""
+
+    def __init__(self, name):
+        self.name, self.data, self.metrics = name, {}, {}
+
+
 def fake_worker(name="gpu-0"):
-    return types.SimpleNamespace(name=name, data={}, metrics={})
+    return FakeWorker(name)
 
 
 def test_plugin_name_and_info():
