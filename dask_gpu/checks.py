@@ -10,7 +10,6 @@ keyword, its valid forms and, where there is one, the closest valid value.
 from __future__ import annotations
 
 import difflib
-import inspect
 import ipaddress
 import os
 import re
@@ -18,6 +17,8 @@ from collections.abc import Mapping
 from importlib.util import find_spec
 
 from dask.utils import parse_timedelta
+
+from dask_gpu.keywords import named_parameters
 
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 PROTOCOLS = ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss")
@@ -268,9 +269,7 @@ def _scheduler_kwargs(given, what: str) -> None:
 
     if not isinstance(given, Mapping):
         raise ValueError(f"{what} must be a mapping of Scheduler keywords, not {given!r}")
-    known = {p.name for klass in Scheduler.__mro__ if "__init__" in vars(klass)
-             for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
-             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+    known = named_parameters(Scheduler)
     for key in given:
         if key not in known:
             raise TypeError(f"{what}: {key!r} is not a keyword of distributed's Scheduler{close(key, sorted(known))}")

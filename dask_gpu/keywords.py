@@ -36,9 +36,8 @@ _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONL
 _INTERNAL = {"self", "scheduler_ip", "scheduler_port", "nanny", "WorkerStateClass"}  # set by distributed itself
 
 
-def accepted(worker_class: type | None = None) -> set[str]:
-    """The keywords a Nanny, its Worker (or ``worker_class``) and their base classes take by name."""
-    classes = [Nanny, Worker, *([worker_class] if worker_class is not None else [])]
+def named_parameters(*classes: type) -> set[str]:
+    """The keywords that ``classes`` and their base classes take by name in ``__init__``, ``self`` aside."""
     return {
         p.name
         for cls in classes
@@ -46,7 +45,12 @@ def accepted(worker_class: type | None = None) -> set[str]:
         if "__init__" in vars(klass)
         for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
         if p.kind in _NAMED
-    } - _INTERNAL
+    } - {"self"}
+
+
+def accepted(worker_class: type | None = None) -> set[str]:
+    """The keywords a Nanny, its Worker (or ``worker_class``) and their base classes take by name."""
+    return named_parameters(Nanny, Worker, *([worker_class] if worker_class is not None else [])) - _INTERNAL
 
 
 def check(given: Iterable[str], owner: str, own: Iterable[str], worker_class: type | None = None) -> None:
