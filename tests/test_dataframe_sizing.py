@@ -70,3 +70,40 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
     with dask.config.set({"dataframe.backend": "gpu"}):
         with pytest.raises(ImportError, match="the 'gpu' dataframe backend needs cuDF and dask-cudf"):
             dd.from_dict({"a": [1, 2]}, npartitions=1)
+
+
+def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
+    """The backend's partitioning, with pandas' reader standing in for dask-cudf's: both read several
+    files in one call once the graph is optimized. Persisted through ``Client.persist``, the collection
+    must name the partitions that were made (a bare fused read names those of before the fusion)."""
+    import types
+
+    import dask.dataframe as dd
+    import numpy as np
+    from distributed import futures_of, wait
+
+    from dask_gpu.dataframe import backend
+
+    for i in range(40):
+        pd.DataFrame({"k": np.arange(1000) + 1000 * i, "x": np.ones(1000), "pad": np.zeros(1000)}).to_parquet(
+            tmp_path / f"part-{i:02d}.parquet")
+    stored = sizing.stored_bytes(str(tmp_path))
+
+    def read_parquet(*args, **kwargs):
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            return dd.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    simulate(["80GB", "80GB"])
+    with dask.config.set({"gpu.partition-size": stored // 8}), \
+            LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        for columns in (None, ["x"]):  # a projection fuses more files into each read
+            with dask.config.set({"dataframe.backend": "gpu"}):
+                df = dd.read_parquet(str(tmp_path), columns=columns)
+            held = client.persist(df)
+            wait(futures_of(held))
+            assert held.npartitions == len(futures_of(held)) == 8  # as many on each GPU
+            rows = held.map_partitions(len).compute().tolist()
+            assert sum(rows) == 40_000 and all(n % 1000 == 0 for n in rows)  # whole files, none split
+            assert max(rows) <= 2 * min(rows)  # fused reads joined: about even
+            assert held.x.sum().compute() == 40_000

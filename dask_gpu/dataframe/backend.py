@@ -2,8 +2,8 @@
 
 dask-cudf's backend (cuDF partitions; ``to_backend("gpu")``, ``read_csv`` and the rest as ``"cudf"``
 has them), with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`):
-each file is read on its own and the files are joined into even partitions of about
-``gpu.partition-size`` of the smallest GPU. ``blocksize=`` asks for dask-cudf's own sizing instead.
+files are read several in one call and joined into partitions of about ``gpu.partition-size`` of the
+smallest GPU, as many as a multiple of the GPU workers. ``blocksize=`` asks for dask-cudf's sizing instead.
 dask-cudf is imported at the first call, not with this module.
 """
 
@@ -29,13 +29,17 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
         read = _cudf().read_parquet
         if blocksize != "default":
             return read(path, *args, blocksize=blocksize, **kwargs)
-        df = read(path, *args, blocksize=None, **kwargs)  # a partition per file
         gpus = sizing.gpu_workers()
         if not gpus:
-            return df
+            return read(path, *args, blocksize=None, **kwargs)  # a partition per file
+        # dask-cudf reads several files in one call (faster than one call per file) once the graph is
+        # optimized. The repartition on top gives a multiple of the GPUs, and a partition count that the
+        # optimization does not change: a bare fused read, persisted with Client.persist, keeps the count
+        # of before it and names partitions that were never made.
+        target = sizing.partition_bytes(min(gpus))
+        df = read(path, *args, blocksize=target, **kwargs)
         stored = sizing.stored_bytes(path, kwargs.get("storage_options"))
-        count = sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus))
-        return df.repartition(npartitions=count) if count < df.npartitions else df
+        return df.repartition(npartitions=sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus)))
 
     @staticmethod
     def to_backend(data, **kwargs):
