@@ -24,6 +24,7 @@ from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit, parse_count
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 from dask_gpu.ucx import implied_protocol
+from dask_gpu.warmup import compile_cudf_kernels
 
 logger = logging.getLogger("dask_gpu")
 
@@ -209,6 +210,7 @@ class LocalCUDACluster(SpecCluster):
         if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
             dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
         self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
+        self._compile, self._compile_for = None, self.devices if n_workers else []
         self._gpu_names = {d.label for _, d in self.devices}
 
         dashboard = config.get("dashboard_address", dashboard_address)
@@ -244,6 +246,7 @@ class LocalCUDACluster(SpecCluster):
         )
 
     async def _start(self):
+        self._compile = compile_cudf_kernels(self._compile_for)  # beside the workers' start
         await super()._start()
         if self._dashboard:
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
@@ -251,6 +254,8 @@ class LocalCUDACluster(SpecCluster):
 
     async def _close(self):
         await super()._close()
+        if self._compile is not None:
+            self._compile.stop()
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()
             self._undo_cudf_spill = None

@@ -27,12 +27,15 @@ def kernel_cache_env() -> dict:
     return {"CUPY_CACHE_DIR": checks.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
 
 
-def cupy_cache_dir() -> str:
-    """The directory CuPy in this process compiles into (its disk cache backend's, from CuPy 14 on)."""
-    compiler = sys.modules.get("cupy.cuda.compiler")
-    backend = getattr(compiler, "_kernel_cache_backend", None)
-    return getattr(backend, "_cache_dir", None) or os.environ.get(
-        "CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
+def cupy_cache_dir(env: dict | None = None) -> str:
+    """The directory CuPy compiles into: in this process (its disk cache backend's, from CuPy 14 on), or
+    in a new one with the environment ``env``."""
+    if env is None:
+        backend = getattr(sys.modules.get("cupy.cuda.compiler"), "_kernel_cache_backend", None)
+        if getattr(backend, "_cache_dir", None):
+            return backend._cache_dir
+        env = os.environ
+    return env.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
 
 
 def use_kernel_cache(directory: str | None = None) -> None:

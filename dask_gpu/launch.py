@@ -21,6 +21,7 @@ from dask_gpu import checks, devices, keywords, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit
 from dask_gpu.spec import worker_specs
+from dask_gpu.warmup import compile_cudf_kernels
 
 logger = logging.getLogger("dask_gpu")
 
@@ -58,8 +59,8 @@ class CUDAWorker:
         if resolved.local_directory:
             checks.directory(resolved.local_directory)
         self.death_timeout = resolved.extra.get("death_timeout")
-        selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
-        self.specs = list(worker_specs(selected, resolved, name or socket.gethostname()).values())
+        self.selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
+        self.specs = list(worker_specs(self.selected, resolved, name or socket.gethostname()).values())
         if listen_address and len(self.specs) > 1:
             raise ValueError(f"listen_address names one address, and {len(self.specs)} GPU workers need one each: "
                              "give a host with worker_port ranges, or make one GPU visible")
@@ -69,7 +70,7 @@ class CUDAWorker:
             raise ValueError(reach.no_tls(scheduler, connection))
         self.extra = {"listen_address": listen_address, "contact_address": contact_address} if listen_address else {}
         self.scheduler, self.scheduler_file, self.pid_file = scheduler, scheduler_file, pid_file
-        self.nannies = []
+        self.nannies, self._compile = [], None
         if pid_file:
             try:
                 with open(pid_file, "w") as f:
@@ -83,6 +84,7 @@ class CUDAWorker:
         dask-gpu's device shuffle."""
         if not self.nannies:
             address = await self._reach_scheduler()
+            self._compile = compile_cudf_kernels(self.selected)  # beside the workers' start
             self.nannies = [spec["cls"](address, **spec["options"], **port, **self.extra)
                             for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
@@ -116,6 +118,8 @@ class CUDAWorker:
     async def close(self, timeout=5):
         await asyncio.gather(*(n.close(timeout=timeout, reason="dask-gpu-worker-exit") for n in self.nannies),
                              return_exceptions=True)
+        if self._compile is not None:
+            self._compile.stop()
         self._remove_pid_file()
 
     def _remove_pid_file(self):

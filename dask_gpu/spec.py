@@ -21,6 +21,22 @@ from dask_gpu.options import WorkerOptions, device_memory_bytes, fraction_bytes
 from dask_gpu.plugins import GPUWorker
 
 
+def worker_env(devices: Sequence[tuple[str, Device]], position: int) -> dict:
+    """The environment of the GPU worker for ``devices[position]``: its ``CUDA_VISIBLE_DEVICES`` lists
+    every device, rotated so that its own comes first (CUDA's device 0 is its GPU, and peers stay
+    reachable)."""
+    env = {"CUDA_VISIBLE_DEVICES": rotate([token for token, _ in devices], position)}
+    defaults = {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # integer indices mean what NVML means by them
+        "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import skips its device checks: the first task needs none
+        # NVRTC's precompiled headers: a process parses CUB's headers for its first CuPy kernel that
+        # includes them (5 s), not for each (0.4 s after). They are no part of CuPy's cache key.
+        "CUPY_NVRTC_USE_PCH": "1",
+    }
+    env.update({name: value for name, value in defaults.items() if name not in os.environ})
+    return {**env, **kernel_cache_env()}
+
+
 def gpu_worker_spec(
     devices: Sequence[tuple[str, Device]],
     position: int,
@@ -28,18 +44,11 @@ def gpu_worker_spec(
     n_workers: int,
     name_prefix: str | None = None,
 ) -> dict:
-    """Spec of the worker for ``devices[position]``, among the (token, device) pairs in use.
-
-    Its ``CUDA_VISIBLE_DEVICES`` lists every device, rotated so that its own comes
-    first: CUDA's device 0 in that worker is its GPU, and peers stay reachable.
+    """Spec of the worker for ``devices[position]``, among the (token, device) pairs in use, in the
+    environment of :func:`worker_env`.
     """
     device = devices[position][1]
-    env = {"CUDA_VISIBLE_DEVICES": rotate([token for token, _ in devices], position)}
-    if "CUDA_DEVICE_ORDER" not in os.environ:
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # integer indices mean what NVML means by them
-    if "RAPIDS_NO_INITIALIZE" not in os.environ:
-        env["RAPIDS_NO_INITIALIZE"] = "True"  # cuDF's import skips its device checks: the first task needs none
-    env.update(kernel_cache_env())
+    env = worker_env(devices, position)
     own_data = options.extra.get("data") is not None  # the user's store replaces the device tier
     device_limit = 0 if own_data else device_memory_bytes(options.device_memory_limit, device.memory_total)
     plugin = GPUWorker(

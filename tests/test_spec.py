@@ -19,6 +19,8 @@ ALLOWED_CORES = sorted(os.sched_getaffinity(0))
 def _clean_env(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.delenv("RAPIDS_NO_INITIALIZE", raising=False)
+    monkeypatch.delenv("CUPY_NVRTC_USE_PCH", raising=False)
 
 
 @pytest.fixture
@@ -60,6 +62,7 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import checks nothing: the worker's first task is sooner
+        "CUPY_NVRTC_USE_PCH": "1",  # CUB's headers parsed once a process
     }
     assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
@@ -78,10 +81,11 @@ def test_gpu_worker_spec_uuid_tokens(selected):
     assert build(by_uuid, 1)["options"]["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(uuids[1:] + uuids[:1])
 
 
-def test_cuda_device_order_not_overridden(selected, monkeypatch):
+def test_cuda_device_order_and_the_other_defaults_not_overridden(selected, monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    monkeypatch.setenv("CUPY_NVRTC_USE_PCH", "0")
     env = build(selected, 0)["options"]["env"]
-    assert "CUDA_DEVICE_ORDER" not in env
+    assert "CUDA_DEVICE_ORDER" not in env and "CUPY_NVRTC_USE_PCH" not in env  # the workers inherit the user's
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
 
@@ -181,6 +185,7 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "CUDA_VISIBLE_DEVICES": "2,0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",
+        "CUPY_NVRTC_USE_PCH": "1",
     }
     assert opts["plugins"][0] is other
     assert len(opts["plugins"]) == 2
@@ -271,7 +276,7 @@ def test_a_host_memory_fraction_below_one_byte_is_refused_not_no_limit():
 
 def plugin(**kwargs) -> GPUWorker:
     device = {"label": "gpu-0", "index": 0, "mig_index": None, "name": "Simulated GPU", "uuid": "GPU-a",
-              "memory_total": 1}
+              "memory_total": 1, "simulated": True}
     return GPUWorker(device=device, device_memory_limit=kwargs.pop("device_memory_limit", 123), **kwargs)
 
 
