@@ -124,13 +124,17 @@ def compile_cudf_reductions(device: dict, env: dict, processes: int | None = Non
     """Compile :data:`CUDF_REDUCTIONS` for ``device`` (its ``name`` and ``memory_total``; CUDA's device
     0 in ``env``) into the kernel cache of ``env``, in the background, in ``processes`` of their own
     (default: :func:`compile_processes`), as CuPy compiles one kernel at a time in a process. Once a
-    machine: None if done before or under way elsewhere."""
+    machine: None if done before, under way elsewhere, or where the cache cannot be written (a head
+    start, never a reason for a cluster not to start)."""
     env = {**os.environ, **env}
     directory = cupy_cache_dir(env)
-    os.makedirs(directory, exist_ok=True)
     key = hashlib.sha1(f"{_cupy_version()} {device.get('name')}".encode()).hexdigest()[:16]
     done, lock = (os.path.join(directory, f"dask-gpu-cudf-{key}.{end}") for end in ("done", "lock"))
-    if os.path.exists(done) or not _take(lock):
+    try:
+        os.makedirs(directory, exist_ok=True)
+        if os.path.exists(done) or not _take(lock):
+            return None
+    except OSError:
         return None
     count = min(len(CUDF_REDUCTIONS), processes or compile_processes(device))
     return Compile([subprocess.Popen([sys.executable, "-c", "import cupy; " + "; ".join(CUDF_REDUCTIONS[i::count])],

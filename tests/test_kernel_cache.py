@@ -162,6 +162,12 @@ def test_a_compile_under_way_elsewhere_is_left_to_it_unless_it_died(fake_cupy, t
     assert done.exists() and not lock.exists()
 
 
+def test_a_cache_that_cannot_be_written_starts_nothing_and_stops_nothing(fake_cupy, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    assert start() is None and not os.listdir(fake_cupy)
+
+
 def test_a_compile_stopped_leaves_no_process_and_is_done_again_later(fake_cupy, monkeypatch):
     monkeypatch.setenv("FAKE_CUPY_SLEEP", "60")
     compile = start()
