@@ -41,6 +41,7 @@ WORKLOADS = {
 CUDF_REDUCTIONS = tuple(f"cupy.{op}(cupy.zeros({n}, dtype=bool))"
                         for op in ("all", "any") for n in (1024, 2048, 512, 256, 128))
 _STALE = 600  # seconds after which a compile under way elsewhere is taken for dead
+_MARKS = "dask-gpu-"  # how the files this module leaves in a kernel cache begin: no kernels
 
 
 def wait_workers(client, min_timeout=10, seconds_per_gpu=2, n_gpus=None, timeout_callback=None) -> bool:
@@ -87,7 +88,7 @@ def compile_kernels(status=None, selected=()) -> dict:
 
     def kernels() -> int:
         names = os.listdir(directory) if os.path.isdir(directory) else []
-        return sum(not name.startswith("dask-gpu-") for name in names)
+        return sum(not name.startswith(_MARKS) for name in names)
 
     before, seconds, began = kernels(), {}, time.perf_counter()
     cudf = compile_cudf_kernels(selected)
@@ -129,7 +130,7 @@ def compile_cudf_reductions(device: dict, env: dict, processes: int | None = Non
     env = {**os.environ, **env}
     directory = cupy_cache_dir(env)
     key = hashlib.sha1(f"{_cupy_version()} {device.get('name')}".encode()).hexdigest()[:16]
-    done, lock = (os.path.join(directory, f"dask-gpu-cudf-{key}.{end}") for end in ("done", "lock"))
+    done, lock = (os.path.join(directory, f"{_MARKS}cudf-{key}.{end}") for end in ("done", "lock"))
     try:
         os.makedirs(directory, exist_ok=True)
         if os.path.exists(done) or not _take(lock):
