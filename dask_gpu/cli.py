@@ -268,19 +268,26 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
 
 
 @gpu.command(name="bench")
-@click.option("--suite", type=click.Choice(["array", "dataframe"]), default="array", show_default=True,
-              help="The seeds' array workloads, or dataframe workloads on parquet data that the suite writes.")
+@click.option("--suite", type=click.Choice(["array", "dataframe", "tpch"]), default="array", show_default=True,
+              help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, or the 22 "
+                   "TPC-H queries against DuckDB, Polars, pandas and cudf-polars.")
 @click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True,
-              help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files).")
+              help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files); the tpch "
+                   "suite small (scale factor 0.01) and full (10).")
 @click.option("--shape", type=click.IntRange(min=1), help="Side of the square array (overrides --size; array suite).")
 @click.option("--chunks", type=click.IntRange(min=1), help="Side of a square chunk (overrides --size; array suite).")
 @click.option("--rows", type=click.IntRange(min=1), help="Rows of the dataframe suite's table (overrides --size).")
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True),
+              help="TPC-H scale factor, about 1 GB of data each (overrides --size; tpch suite).")
 @click.option("--data", "data_dir", type=click.Path(),
-              help="Directory of the dataframe suite's data, reused while its manifest matches [default: under the "
-                   "temporary directory].")
-@click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array) or read, groupby-low, "
-                                  "groupby-high, merge, sort, shuffle, q1, q3 (dataframe) [default: all].")
+              help="Directory of the dataframe or tpch suite's data, reused while its manifest matches [default: "
+                   "under the temporary directory].")
+@click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array), read, groupby-low, "
+                                  "groupby-high, merge, sort, shuffle, q1, q3 (dataframe) or q1 ... q22 (tpch) "
+                                  "[default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
+@click.option("--engines", help="The tpch suite's columns, comma-separated, from duckdb, polars, pandas, dask-gpu, "
+                                "dask-cuda, cudf-polars [default: every one installed].")
 @click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all].")
 @click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
               help="Between GPU workers [default: ucx for several GPUs where distributed-ucxx is installed].")
@@ -293,19 +300,23 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
                    "(array suite).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
-def bench(suite, size, shape, chunks, rows, data_dir, workloads, compare, gpus, protocol, repeat, timeout, cpu_budget,
-          json_path, plot_path):
+def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare, engines, gpus, protocol, repeat,
+          timeout, cpu_budget, json_path, plot_path):
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table. With
-    --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process."""
+    --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
+    --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars."""
     from dask_gpu.benchmarks import dataframe, seed
+    from dask_gpu.benchmarks.tpch import suite as tpch
 
-    module = dataframe if suite == "dataframe" else seed
-    others = {"--shape": (shape, "array"), "--chunks": (chunks, "array"), "--cpu-budget": (cpu_budget, "array"),
-              "--rows": (rows, "dataframe"), "--data": (data_dir, "dataframe")}
-    wrong = [option for option, (value, owner) in others.items() if value is not None and owner != suite]
+    module = {"dataframe": dataframe, "tpch": tpch}.get(suite, seed)
+    owners = {"--shape": (shape, ("array",)), "--chunks": (chunks, ("array",)),
+              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe",)),
+              "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)),
+              "--data": (data_dir, ("dataframe", "tpch"))}
+    wrong = [option for option, (value, owner) in owners.items() if value is not None and suite not in owner]
     if wrong:
-        other = "array" if suite == "dataframe" else "dataframe"
-        raise click.UsageError(f"{', '.join(wrong)}: options of --suite {other}, not of --suite {suite}")
+        theirs = sorted({name for option in wrong for name in owners[option][1]})
+        raise click.UsageError(f"{', '.join(wrong)}: options of --suite {' or '.join(theirs)}, not of --suite {suite}")
     names = [w.strip() for w in workloads.split(",")] if workloads else list(module.WORKLOADS)
     if plot_path and find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
@@ -314,16 +325,22 @@ def bench(suite, size, shape, chunks, rows, data_dir, workloads, compare, gpus, 
         if suite == "dataframe":
             plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
             steps, run = plan.steps, functools.partial(dataframe.run, plan)
+        elif suite == "tpch":
+            plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines)
+            steps, run = plan.steps, functools.partial(tpch.run, plan)
         else:
             steps = seed.check(size, shape, chunks, names, compare, protocol, repeat, timeout, cpu_budget, gpus)
             run = functools.partial(seed.run, size, shape, chunks, names, compare, protocol=protocol, repeat=repeat,
                                     timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
-    except ValueError as e:
+    except (ValueError, ImportError) as e:
         raise click.UsageError(str(e)) from None
     if suite == "dataframe" and dataframe.stale(plan.data):
         files = plan.data.files + plan.data.right_files
         with _Bar(files, "writing data") as bar:
             dataframe.generate(plan.data, log=bar.step)
+    if suite == "tpch" and tpch.data.stale(plan.path, plan.scale):
+        with _Bar(len(tpch.data.TABLES) * tpch.data.steps(plan.scale), "writing data") as bar:
+            tpch.data.generate(plan.path, plan.scale, log=bar.step)
     with _Bar(steps, "running") as bar:
         results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)
     click.echo(module.table(results))

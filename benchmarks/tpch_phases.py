@@ -1,0 +1,143 @@
+"""Where a TPC-H query's time goes on a dask-gpu cluster: the client, the scheduler, the tasks.
+
+For each query, after a first run and a warm one: the collection's building and optimization on the client
+(with a cProfile of both, summed over the queries), the graph's tasks, and the computation, split by the task
+stream into the tasks' own time (by task prefix) and what is left (submission, scheduling, transfers). Also each
+query computed in this process by dask's synchronous scheduler on cuDF (``local``): the same tasks with no
+cluster in between.
+
+    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+from collections import defaultdict
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--scale", type=float, required=True)
+    parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--local", action="store_true", help="also run each query with the sync scheduler here")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+
+    import dask
+    from distributed import Client
+
+    from dask_gpu import LocalCUDACluster
+    from dask_gpu.benchmarks.tpch import data
+    from dask_gpu.benchmarks.tpch.suite import _Dask, _pandas
+    from dask_gpu.report import machine_dict
+
+    data.generate(args.data, args.scale, print)
+    numbers = [int(n) for n in args.queries.split(",")]
+    con = data.connect()
+    want = {n: data.reference(con, args.data, n, args.scale) for n in numbers}
+    result = {"scale": args.scale, "gpus": args.gpus, "machine": machine_dict(), "queries": {}}
+    profile = cProfile.Profile()
+    plan = type("Plan", (), {"path": args.data, "scale": args.scale, "timeout": 300})
+    with dask.config.set({"dataframe.backend": "gpu"}):
+        start = time.perf_counter()
+        with LocalCUDACluster(n_workers=args.gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
+            result["cluster_seconds"] = time.perf_counter() - start
+            engine = _Dask(plan, client, split=True)
+            for n in numbers:
+                row = result["queries"][f"q{n}"] = {}
+                for name in ("first", "second"):
+                    start = time.perf_counter()
+                    answer = engine.run(n)
+                    row[name] = time.perf_counter() - start
+                why = data.same(answer, want[n])
+                row["correct"] = why is None
+                if why:
+                    row["wrong"] = why
+                clock = [time.perf_counter()]
+                profile.enable()
+                collection = engine.queries[n](engine)
+                clock.append(time.perf_counter())
+                optimized = collection.optimize()
+                profile.disable()
+                clock.append(time.perf_counter())
+                graph = optimized.__dask_graph__()
+                clock.append(time.perf_counter())
+                with _stream(client) as tasks:
+                    client.compute(optimized).result()
+                clock.append(time.perf_counter())
+                steps = [b - a for a, b in zip(clock, clock[1:])]
+                row.update(build=steps[0], optimize=steps[1], graph=steps[2], compute=steps[3], tasks=len(graph),
+                           by_prefix=_by_prefix(tasks), task_seconds=_busy(tasks))
+                row["outside_tasks"] = row["compute"] - row["task_seconds"]
+                print(f"q{n}: first {row['first']:.2f} second {row['second']:.2f} | build {steps[0]:.3f} "
+                      f"optimize {steps[1]:.3f} graph {steps[2]:.3f} compute {steps[3]:.3f} (tasks busy "
+                      f"{row['task_seconds']:.3f}, {len(graph)} tasks) {row['correct']}", flush=True)
+        if args.local:
+            import cudf  # noqa: F401  the sync scheduler computes in this process
+
+            for n in numbers:
+                times = []
+                for _ in range(2):
+                    start = time.perf_counter()
+                    answer = _pandas(dask.compute(engine.queries[n](engine), scheduler="sync")[0])
+                    times.append(time.perf_counter() - start)
+                result["queries"][f"q{n}"]["local"] = min(times)
+                print(f"q{n}: local (sync scheduler, this process) {min(times):.3f}", flush=True)
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(40)
+    result["client_profile"] = text.getvalue()
+    print(text.getvalue()[:12000])
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+class _stream:
+    """The task stream of what runs inside the block (distributed's ``get_task_stream``)."""
+
+    def __init__(self, client):
+        from distributed import get_task_stream
+
+        self.inner = get_task_stream(client=client)
+
+    def __enter__(self):
+        self.ts = self.inner.__enter__()
+        return self.ts
+
+    def __exit__(self, *exc):
+        return self.inner.__exit__(*exc)
+
+
+def _by_prefix(ts) -> dict:
+    out = defaultdict(float)
+    for task in ts.data:
+        prefix = task["key"][0] if isinstance(task["key"], tuple) else task["key"]
+        prefix = str(prefix).rsplit("-", 1)[0]
+        out[prefix] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _busy(ts) -> float:
+    """Seconds during which at least one task computed."""
+    spans = sorted((s["start"], s["stop"]) for task in ts.data for s in task["startstops"] if s["action"] == "compute")
+    busy, end = 0.0, None
+    for a, b in spans:
+        if end is None or a > end:
+            busy, end = busy + b - a, b
+        elif b > end:
+            busy, end = busy + b - end, b
+    return busy
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""TPC-H data and answers from DuckDB: its ``dbgen`` writes the tables, its reference queries give the answers.
+
+The tables are written as parquet folders, one per table, with dates stored as timestamps and decimals as
+doubles (what a data scientist's files hold). DuckDB's TPC-H extension comes from the
+``duckdb-extension-tpch`` package of DuckDB's version, loaded from its file: no extension server is needed.
+
+Query 11's fraction is the specification's 0.0001 / SF; DuckDB's own text keeps scale factor 1's.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import re
+
+TABLES = ("lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region")
+QUERIES = tuple(range(1, 23))
+ROWS_PER_FILE = 8_000_000  # lineitem at scale factor 10 in 8 files: few tasks, and reads spread over the cores
+FORMAT = 1  # change it when the files' form changes, so that old data is written again
+MISSING = ("the tpch suite needs DuckDB and its TPC-H extension of the same version: "
+           "pip install duckdb duckdb-extension-tpch=={version}")
+
+
+def connect(threads: int | None = None):
+    """A DuckDB connection with the TPC-H extension loaded from the ``duckdb-extension-tpch`` package."""
+    try:
+        import duckdb
+    except ImportError:
+        raise ImportError(MISSING.format(version="<duckdb's version>")) from None
+    try:
+        import duckdb_extension_tpch
+    except ImportError:
+        raise ImportError(MISSING.format(version=duckdb.__version__)) from None
+    where = os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), "extensions")
+    found = glob.glob(os.path.join(where, f"v{duckdb.__version__}", "*.duckdb_extension"))
+    if not found:
+        raise ImportError(MISSING.format(version=duckdb.__version__) + f" (none for v{duckdb.__version__} in {where})")
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true", **({"threads": threads} if threads else {})})
+    con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
+def manifest(scale: float) -> dict:
+    return {"scale": scale, "format": FORMAT, "tables": list(TABLES)}
+
+
+def stale(path: str, scale: float) -> bool:
+    """Whether ``path`` lacks the tables of ``scale`` (its manifest says what is there)."""
+    try:
+        with open(os.path.join(path, "manifest.json")) as f:
+            return json.load(f) != manifest(scale)
+    except (OSError, ValueError):
+        return True
+
+
+def steps(scale: float) -> int:
+    """dbgen's steps for ``scale``: a step holds at most scale factor 10 in DuckDB's memory."""
+    return max(1, math.ceil(scale / 10))
+
+
+def generate(path: str, scale: float, log=None) -> bool:
+    """Writes the tables of scale factor ``scale`` under ``path`` unless they are there; True where it wrote.
+    Larger scale factors are generated in steps, so that DuckDB holds a part of the data at a time."""
+    if not stale(path, scale):
+        return False
+    os.makedirs(path, exist_ok=True)
+    marker = os.path.join(path, "manifest.json")
+    if os.path.exists(marker):
+        os.remove(marker)  # first: data written part way is never reused
+    con = connect()
+    count = steps(scale)
+    for table in TABLES:
+        for old in glob.glob(os.path.join(path, table, "*.parquet")):
+            os.remove(old)
+        os.makedirs(os.path.join(path, table), exist_ok=True)
+    for step in range(count):
+        con.execute(f"CALL dbgen(sf={scale}" + (f", children={count}, step={step})" if count > 1 else ")"))
+        for table in TABLES:
+            _write(con, table, os.path.join(path, table), f"{step:03d}")
+            if log:
+                log(f"wrote {table}" + (f" (step {step + 1} of {count})" if count > 1 else ""))
+        con.execute(";".join(f"DROP TABLE IF EXISTS {table}" for table in TABLES))
+    with open(marker, "w") as f:
+        json.dump(manifest(scale), f)
+    return True
+
+
+def _write(con, table: str, folder: str, prefix: str) -> None:
+    columns = con.execute(f"DESCRIBE {table}").fetchall()
+    select = ", ".join(_stored(name, kind) for name, kind, *_ in columns)
+    rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    files = max(1, math.ceil(rows / ROWS_PER_FILE))
+    if files == 1:
+        con.execute(f"COPY (SELECT {select} FROM {table}) TO '{folder}/{prefix}-0.parquet' (FORMAT parquet)")
+        return
+    # contiguous slices of the table, each a file: rows of one order stay together, as dbgen made them
+    per = math.ceil(rows / files)
+    for i in range(files):
+        con.execute(f"COPY (SELECT {select} FROM {table} LIMIT {per} OFFSET {i * per}) "
+                    f"TO '{folder}/{prefix}-{i}.parquet' (FORMAT parquet)")
+
+
+def _stored(name: str, kind: str) -> str:
+    if kind.startswith("DECIMAL"):
+        return f"CAST({name} AS DOUBLE) AS {name}"
+    if kind == "DATE":
+        return f"CAST({name} AS TIMESTAMP) AS {name}"
+    return name
+
+
+def files(path: str, table: str) -> str:
+    """The glob of a table's files."""
+    return os.path.join(path, table, "*.parquet")
+
+
+def sql(con, number: int, scale: float) -> str:
+    """DuckDB's text of query ``number``; query 11 with the specification's fraction for ``scale``."""
+    text = con.execute(f"SELECT query FROM tpch_queries() WHERE query_nr = {number}").fetchone()[0]
+    if number == 11:
+        text, n = re.subn(r"0\.0001\d*", repr(0.0001 / scale), text)
+        assert n == 1, "query 11's fraction not found in DuckDB's text"
+    return text
+
+
+def views(con, path: str) -> None:
+    """Each table as a view of its parquet files, so that DuckDB's queries read the same files as the others."""
+    for table in TABLES:
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{files(path, table)}')")
+
+
+def reference(con, path: str, number: int, scale: float):
+    """DuckDB's answer to query ``number`` over the parquet files, as a pandas frame."""
+    views(con, path)
+    return con.execute(sql(con, number, scale)).df()
+
+
+def same(got, want, rtol: float = 1e-6) -> str | None:
+    """Why ``got`` (a pandas frame) is not ``want``'s answer, or None where it is. Columns are compared by
+    position (names differ between engines), rows in order: every query ends in an ORDER BY. Floats agree to
+    ``rtol`` (sums of doubles in another order), timestamps to the day, strings without trailing blanks. Rows
+    whose float columns tie (to ``rtol``) may come in any order among themselves: sums that are equal in
+    decimal differ in their last bits once added in another order, and so sort either way."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return f"shape {got.shape}, not {want.shape}"
+    if want.shape == (1, 1) and want.isna().all().all():
+        want = want.fillna(0)  # a sum over no rows: NULL in SQL, 0 in pandas and Polars
+    names, got, want = list(want.columns), _comparable(got), _comparable(want)
+    floats = [i for i, kind in enumerate(want.dtypes) if kind.kind == "f"]
+    exact = [i for i in range(want.shape[1]) if i not in floats]
+    for i in floats:
+        if not np.allclose(got.iloc[:, i], want.iloc[:, i], rtol=rtol, atol=1e-9, equal_nan=True):
+            return _differs(got, want, i, names[i])
+    for i in exact:
+        if not got.iloc[:, i].equals(want.iloc[:, i]):
+            if not floats or not _same_ties(got, want, floats, exact, rtol):
+                return _differs(got, want, i, names[i])
+    return None
+
+
+def _comparable(frame):
+    """Each column as floats, day-resolution timestamps or stripped strings, on a fresh index."""
+    import pandas as pd
+
+    columns = {}
+    for i, (_, column) in enumerate(frame.items()):
+        if pd.api.types.is_datetime64_any_dtype(column):
+            column = pd.to_datetime(column).dt.normalize().astype("int64")
+        elif pd.api.types.is_float_dtype(column) or pd.api.types.is_integer_dtype(column):
+            column = column.astype(float if pd.api.types.is_float_dtype(column) else "int64")
+        else:
+            column = column.astype(str).str.rstrip().astype(object)
+        columns[i] = column.reset_index(drop=True)
+    return pd.DataFrame(columns)
+
+
+def _same_ties(got, want, floats, exact, rtol) -> bool:
+    """Whether the rows agree once each run of rows whose float columns tie is sorted by its other columns."""
+    import numpy as np
+
+    values = want.iloc[:, floats].to_numpy()
+    ties = np.concatenate([[True], ~np.isclose(values[1:], values[:-1], rtol=rtol, atol=1e-9).all(axis=1)])
+    run = np.cumsum(ties)
+    key = [*range(len(exact))]
+    for frame in (got, want):
+        frame["_run"] = run
+    a = got.sort_values(["_run", *exact]).iloc[:, exact].reset_index(drop=True)
+    b = want.sort_values(["_run", *exact]).iloc[:, exact].reset_index(drop=True)
+    for frame in (got, want):
+        del frame["_run"]
+    return bool(a.set_axis(key, axis=1).equals(b.set_axis(key, axis=1)))
+
+
+def _differs(got, want, i, name) -> str:
+    return f"column {i} ({name}) differs: got {got.iloc[:3, i].tolist()}, want {want.iloc[:3, i].tolist()}"

@@ -1,0 +1,293 @@
+"""The TPC-H suite of ``dask gpu bench``: the 22 queries on each engine, every answer checked against DuckDB's.
+
+Columns, in one run: DuckDB and Polars on every core, pandas partitions on a ``LocalCluster`` of every core,
+dask-gpu on 1..N GPUs, and, where they are installed, dask-cuda and cudf-polars on the GPU. Each query reads its
+tables from the parquet files (:mod:`.data`) every time it runs; its clock runs from the call that builds it to
+the answer in this process. Each query runs once on a fresh engine (``first_seconds``), then ``repeat`` times
+(the best is ``seconds``). dask-gpu's columns also record where a query's time goes in one more run (``phases``):
+building the collection, optimizing it, the graph's tasks, and the computation on the cluster; that run computes
+the collection optimized first (``optimize()``, then compute), and its answer is checked too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from importlib.util import find_spec
+
+import dask
+
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, error_text, gpu_client,
+                                        gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table)
+from dask_gpu.benchmarks.common import plot as bar_chart
+from dask_gpu.benchmarks.tpch import data
+from dask_gpu.report import machine_dict
+
+SIZES = {"small": 0.01, "full": 10.0}
+GPU_LIBRARIES = ("cupy", "cudf")
+WORKLOADS = {f"q{n}": f"TPC-H query {n}" for n in data.QUERIES}
+ENGINES = {"duckdb": "duckdb", "polars": "polars", "pandas": "cpu", "dask-gpu": "gpu", "dask-cuda": "dask-cuda",
+           "cudf-polars": "cudf-polars"}  # name -> the kind of its columns
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A checked request: what ``run`` does, decided before anything starts."""
+
+    size: str
+    scale: float
+    path: str
+    workloads: tuple
+    columns: tuple
+    notes: tuple
+    protocol: str
+    repeat: int
+    timeout: float
+
+    @property
+    def steps(self) -> int:
+        return 1 + len(self.columns) * len(self.workloads)  # the references, then each run
+
+
+def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
+         timeout=None, engines=None) -> Plan:
+    """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
+    if size not in SIZES:
+        raise ValueError(f"--size {size}: the tpch suite has {' and '.join(SIZES)}")
+    scale = SIZES[size] if scale is None else float(scale)
+    if not 0 < scale <= 10_000:
+        raise ValueError(f"--scale must be a scale factor above 0 (1 is about 1 GB of data), not {scale}")
+    path = path or os.path.join(tempfile.gettempdir(), f"dask-gpu-tpch-sf{scale:g}")
+    if os.path.isfile(path):
+        raise ValueError(f"--data {path} is a file; give a directory for the parquet data")
+    names, timeout = tuple(workloads or WORKLOADS), timeout or TIMEOUT
+    kinds = _kinds(engines)
+    if kinds and "dask-cuda" in kinds:
+        compare = "dask-cuda"
+    protocol = protocol or "tcp"
+    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
+    data.connect()  # DuckDB and its TPC-H extension make the data and the answers: say now if they are missing
+    cols, notes = gpu_notes(columns(compare, gpus), compare, GPU_LIBRARIES, find_spec)
+    for library, kind in (("polars", "polars"), ("cudf_polars", "cudf-polars")):
+        if find_spec(library) is None and (engines is None or kind in kinds):
+            notes.append(f"{library.replace('_', '-')} is not installed: no {kind} column")
+    cols = [col for col in cols if kinds is None or col[1] in kinds]
+    return Plan(size, scale, path, names, tuple(cols), tuple(notes), protocol, int(repeat), timeout)
+
+
+def _kinds(engines) -> set | None:
+    """The column kinds of ``engines`` ("duckdb,dask-gpu" or a list; None: every one installed)."""
+    if engines is None:
+        return None
+    names = [e.strip() for e in engines.split(",")] if isinstance(engines, str) else list(engines)
+    unknown = [name for name in names if name not in ENGINES]
+    if unknown or not names:
+        raise ValueError(f"--engines {','.join(names)}: choose from {', '.join(ENGINES)}")
+    return {ENGINES[name] for name in names}
+
+
+def columns(compare=None, gpus=None) -> list[tuple[str, str, int]]:
+    """(label, kind, count): DuckDB and Polars, pandas partitions, the GPU clusters, cudf-polars; those installed."""
+    cores = os.cpu_count() or 1
+    counts = gpu_counts(gpus, available_gpus(GPU_LIBRARIES, find_spec))
+    cols = [(f"DuckDB, {cores} cores", "duckdb", cores)]
+    if find_spec("polars"):
+        cols.append((f"Polars, {cores} cores", "polars", cores))
+    cols += [(f"pandas, {cores} cores", "cpu", cores), *gpu_columns(counts, compare, "dask-gpu, ")]
+    if counts and find_spec("cudf_polars"):
+        cols.append(("cudf-polars, 1 GPU", "cudf-polars", 1))
+    return cols
+
+
+def references(plan: Plan) -> dict:
+    """DuckDB's answer to each query (pandas frames), computed once, untimed."""
+    con = data.connect()
+    return {name: data.reference(con, plan.path, int(name[1:]), plan.scale) for name in plan.workloads}
+
+
+def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> dict:
+    """Every query in every column; ``progress(label)`` before the references and each query, ``status(text)``
+    before each of its runs, ``checkpoint(result)`` after each column."""
+    from dask_gpu.dataframe.scheduler import quiet_shuffle_logs
+
+    quiet_shuffle_logs()
+    data.generate(plan.path, plan.scale, log)
+    if progress:
+        progress("reference answers (DuckDB)")
+    answers = references(plan)
+    result = {"suite": "tpch", "size": plan.size, "scale": plan.scale, "data": plan.path, "protocol": plan.protocol,
+              "repeat": plan.repeat, "timeout": plan.timeout, "workloads": {n: WORKLOADS[n] for n in plan.workloads},
+              "machine": machine_dict(), "columns": [label for label, _, _ in plan.columns], "runs": [],
+              "notes": list(plan.notes)}
+
+    def measure(engine, name, count):
+        row = _measure(engine, name, plan.repeat, status)
+        for key, answer in (("correct", row.pop("answer", None)), ("optimized_correct", row.pop("optimized", None))):
+            if answer is not None:
+                why = data.same(answer, answers[name])
+                row[key] = why is None
+                if why:
+                    row[key.replace("correct", "wrong")] = why
+        return row
+
+    def keep(result):
+        result["totals"] = totals(result)
+        if checkpoint:
+            checkpoint(result)
+
+    return run_columns(result, list(plan.columns), list(plan.workloads),
+                       lambda kind, count: _column(kind, count, plan), measure, progress, keep)
+
+
+def _measure(engine, name, repeat, status=None) -> dict:
+    """A first run, then ``repeat`` timed ones (the best counts), and one that splits the time where it can."""
+    number, times = int(name[1:]), []
+    try:
+        for i in range(1 + repeat):
+            if status:
+                status("first run" if i == 0 else f"run {i} of {repeat}")
+            start = time.perf_counter()
+            answer = engine.run(number)
+            times.append(time.perf_counter() - start)
+        row = {"first_seconds": times[0], "seconds": min(times[1:]), "all_seconds": times[1:], "answer": answer}
+        if engine.split:
+            row["phases"] = engine.phases(number)
+            row["optimized"] = row["phases"].pop("answer")
+        return row
+    except Exception as e:  # a failing query is a result, not the end of the table
+        return {"error": error_text(e)}
+
+
+@contextmanager
+def _column(kind, count, plan):
+    """The engine of one column, started once for the 22 queries."""
+    if kind == "duckdb":
+        yield _DuckDB(plan)
+    elif kind in ("polars", "cudf-polars"):
+        yield _Polars(plan, gpu=kind == "cudf-polars")
+    else:
+        with ExitStack() as stack:
+            from distributed import Client, LocalCluster
+            from distributed.deploy.utils import nprocesses_nthreads
+
+            backend = {"cpu": "pandas", "gpu": "gpu"}.get(kind, "cudf")  # dask-cuda with dask-cudf's backend
+            stack.enter_context(dask.config.set({"dataframe.backend": backend}))
+            if kind == "cpu":
+                workers, threads = nprocesses_nthreads(count)
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=":0")
+                client = stack.enter_context(Client(stack.enter_context(cluster)))
+            else:
+                client = gpu_client(stack, kind, count, plan.protocol)
+            yield _Dask(plan, client, split=kind == "gpu")
+
+
+class _DuckDB:
+    """DuckDB's own query texts over views of the parquet files."""
+
+    split = False
+
+    def __init__(self, plan):
+        self.con = data.connect()
+        data.views(self.con, plan.path)
+        self.texts = {n: data.sql(self.con, n, plan.scale) for n in data.QUERIES}
+
+    def run(self, number):
+        return self.con.execute(self.texts[number]).df()
+
+
+class _Polars:
+    """Our Polars queries: on every core, or on the GPU through cudf-polars (nothing falls back to the CPU)."""
+
+    split = False
+
+    def __init__(self, plan, gpu: bool):
+        import polars as pl
+
+        from dask_gpu.benchmarks.tpch import polars_queries
+
+        self.path, self.scale, self.queries = plan.path, plan.scale, polars_queries.QUERIES
+        self.engine = pl.GPUEngine(raise_on_fail=True) if gpu else "auto"
+
+    def scan(self, table):
+        import polars as pl
+
+        return pl.scan_parquet(data.files(self.path, table))
+
+    def run(self, number):
+        return self.queries[number](self).collect(engine=self.engine).to_pandas()
+
+
+class _Dask:
+    """Our Dask DataFrame queries on a cluster, each reading its tables with ``dd.read_parquet``."""
+
+    def __init__(self, plan, client, split: bool):
+        from dask_gpu.benchmarks.tpch import dask_queries
+
+        self.split = split  # whether to split each query's time (phases)
+        self.path, self.scale, self.client, self.timeout = plan.path, plan.scale, client, plan.timeout
+        self.queries = dask_queries.QUERIES
+
+    def read(self, table):
+        import dask.dataframe as dd
+
+        return dd.read_parquet(data.files(self.path, table))
+
+    def run(self, number):
+        return _pandas(compute(self.queries[number](self), self.client, self.timeout))
+
+    def phases(self, number) -> dict:
+        """One more run, split: building the collection, optimizing it, its graph, and the cluster's work; its
+        answer too, which is the answer of a collection optimized first (``optimize()``, then computed)."""
+        clock = [time.perf_counter()]
+        collection = self.queries[number](self)
+        clock.append(time.perf_counter())
+        optimized = collection.optimize()
+        clock.append(time.perf_counter())
+        tasks = len(optimized.__dask_graph__())
+        clock.append(time.perf_counter())
+        answer = compute(optimized, self.client, self.timeout)
+        clock.append(time.perf_counter())
+        steps = [b - a for a, b in zip(clock, clock[1:])]
+        return {"build": steps[0], "optimize": steps[1], "graph": steps[2], "compute": steps[3], "tasks": tasks,
+                "partitions": getattr(optimized, "npartitions", 1), "answer": _pandas(answer)}
+
+
+def _pandas(value):
+    """A query's answer as a pandas frame: from cuDF, from a Series, or from a scalar."""
+    import pandas as pd
+
+    if hasattr(value, "to_pandas"):
+        value = value.to_pandas()
+    if isinstance(value, pd.Series):
+        return value.to_frame()
+    return value if isinstance(value, pd.DataFrame) else pd.DataFrame({"value": [value]})
+
+
+def totals(result: dict) -> dict:
+    """Each column's total over the queries it answered right, and how many it answered right."""
+    out = {}
+    for label in result["columns"]:
+        runs = [r for r in result["runs"] if r["architecture"] == label]
+        right = [r for r in runs if r.get("correct")]
+        out[label] = {"seconds": sum(r["seconds"] for r in right),
+                      "first_seconds": sum(r["first_seconds"] for r in right), "correct": len(right),
+                      "queries": len(runs)}
+    return out
+
+
+def table(result: dict) -> str:
+    head = (f"TPC-H at scale factor {result['scale']:g} ({result['data']}); each time is the best of "
+            f"{result['repeat']} after a first run, from the call to the answer; ✓ where it equals DuckDB's")
+    lines = [head, runs_table(result, ok=" ✓")]
+    for label, t in result.get("totals", {}).items():
+        lines.append(f"{label}: {t['seconds']:.2f} s for {t['correct']} of {t['queries']} right "
+                     f"(first runs {t['first_seconds']:.2f} s)")
+    return "\n".join([*lines, *result["notes"]])
+
+
+def plot(result: dict, path: str) -> None:
+    """A bar chart of the table, log scale, one group per query (needs matplotlib)."""
+    bar_chart(result, path, f"TPC-H, scale factor {result['scale']:g}")

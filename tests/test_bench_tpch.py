@@ -1,0 +1,161 @@
+"""``dask gpu bench --suite tpch``: DuckDB's data and answers, the 22 queries on pandas partitions and Polars, the
+table, JSON and plot (CPU only)."""
+
+import json
+import os
+import re
+
+import dask
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from dask_gpu.benchmarks.tpch import dask_queries, data, suite
+from dask_gpu.cli import gpu
+
+pytest.importorskip("duckdb")
+SCALE = 0.01
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("tpch"))
+    assert data.generate(path, SCALE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def answers(tables):
+    con = data.connect()
+    return {n: data.reference(con, tables, n, SCALE) for n in data.QUERIES}
+
+
+class Tables:
+    """What the queries read: each table in ``parts`` partitions, so that merges and group-bys cross them."""
+
+    scale = SCALE
+
+    def __init__(self, path, parts=None):
+        self.path, self.parts = path, parts
+
+    def read(self, table):
+        import dask.dataframe as dd
+
+        df = dd.read_parquet(data.files(self.path, table))
+        return df.repartition(npartitions=self.parts) if self.parts else df
+
+
+def test_the_data_is_dbgen_s_with_doubles_and_timestamps_and_reused(tables):
+    assert not data.generate(tables, SCALE) and not data.stale(tables, SCALE) and data.stale(tables, 0.02)
+    lineitem = pd.read_parquet(os.path.join(tables, "lineitem"))
+    con = data.connect()
+    assert len(lineitem) == con.execute(f"CALL dbgen(sf={SCALE}); SELECT count(*) FROM lineitem").fetchone()[0]
+    assert lineitem.l_extendedprice.dtype == "float64" and str(lineitem.l_shipdate.dtype).startswith("datetime64")
+
+
+def test_query_11_keeps_the_specification_s_fraction():
+    con = data.connect()
+    assert "0.001" in data.sql(con, 11, 0.1) and "0.0001000000" in con.execute(
+        "SELECT query FROM tpch_queries() WHERE query_nr = 11").fetchone()[0]
+
+
+@pytest.mark.parametrize("parts", [None, 3])
+def test_the_dask_queries_answer_as_duckdb_does(tables, answers, parts):
+    wrong = {}
+    for n, query in dask_queries.QUERIES.items():
+        got = suite._pandas(dask.compute(query(Tables(tables, parts)), scheduler="sync")[0])
+        why = data.same(got, answers[n])
+        if why:
+            wrong[n] = why
+    assert not wrong and len(dask_queries.QUERIES) == 22
+
+
+def test_the_polars_queries_answer_as_duckdb_does(tables, answers):
+    pl = pytest.importorskip("polars")
+    from dask_gpu.benchmarks.tpch import polars_queries
+
+    class Scans:
+        scale = SCALE
+
+        def scan(self, table):
+            return pl.scan_parquet(data.files(tables, table))
+
+    wrong = {n: data.same(q(Scans()).collect().to_pandas(), answers[n]) for n, q in polars_queries.QUERIES.items()}
+    assert not any(wrong.values()) and len(wrong) == 22, wrong
+
+
+def test_same_sees_what_differs(answers):
+    want = answers[1]
+    assert data.same(want.copy(), want) is None
+    shifted = want.copy()
+    shifted.iloc[0, 2] *= 1.001
+    assert "column 2" in data.same(shifted, want)
+    assert "shape" in data.same(want.iloc[:-1], want)
+    assert "differs" in data.same(want.iloc[::-1], want)  # rows in another order
+
+
+def test_rows_whose_floats_tie_may_come_in_any_order_among_themselves():
+    want = pd.DataFrame({"key": [1, 2, 3, 4], "value": [10.0, 5.0, 5.0 + 1e-12, 1.0]})
+    assert data.same(pd.DataFrame({"key": [1, 3, 2, 4], "value": [10.0, 5.0 + 1e-12, 5.0, 1.0]}), want) is None
+    assert "column 0" in data.same(pd.DataFrame({"key": [1, 4, 2, 3], "value": [10.0, 5.0, 5.0, 1.0]}), want)
+    names = pd.DataFrame({"s_name": ["a", "b"], "numwait": [2, 2]})  # no float: the order is exact
+    assert "column 0" in data.same(names.iloc[::-1], names)
+
+
+def test_the_cli_prints_the_table_and_writes_json_and_a_plot(no_gpu, tables, tmp_path):
+    out, png = tmp_path / "tpch.json", tmp_path / "tpch.png"
+    args = ["bench", "--suite", "tpch", "--scale", str(SCALE), "--data", tables, "--workloads", "q1,q3,q13,q21",
+            "--engines", "duckdb,pandas", "--json", str(out), "--plot", str(png)]
+    result = CliRunner().invoke(gpu, args)
+    assert result.exit_code == 0, result.output
+    for n in (1, 3, 13, 21):
+        assert re.search(rf"q{n}: TPC-H query {n} +\d+\.\d\d s ✓ +\d+\.\d\d s ✓", result.output), result.output
+    report = json.loads(out.read_text())
+    cores = os.cpu_count()
+    assert report["columns"] == [f"DuckDB, {cores} cores", f"pandas, {cores} cores"] and report["scale"] == SCALE
+    runs = {(r["workload"], r["architecture"]): r for r in report["runs"]}
+    assert all(r["correct"] and 0 < r["seconds"] <= r["first_seconds"] * 10 for r in runs.values()), runs
+    assert not any("phases" in r for r in runs.values())  # dask-gpu's columns alone split their time
+    assert report["totals"][f"pandas, {cores} cores"]["correct"] == 4
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--suite", "tpch", "--scale", "0"], "0 is not in the range x>0"),
+        (["--suite", "tpch", "--engines", "spark"], "--engines spark: choose from duckdb, polars"),
+        (["--suite", "tpch", "--workloads", "q23"], "unknown workloads \\['q23'\\]"),
+        (["--suite", "tpch", "--rows", "5"], "--rows: options of --suite dataframe, not of --suite tpch"),
+        (["--suite", "dataframe", "--scale", "5"], "--scale: options of --suite tpch, not of --suite dataframe"),
+        (["--suite", "tpch", "--size", "medium"], "--size medium: the tpch suite has small and full"),
+    ],
+)
+def test_bad_input_is_a_usage_error(args, match):
+    result = CliRunner().invoke(gpu, ["bench", *args])
+    assert result.exit_code == 2 and re.search(match, result.output), result.output
+
+
+def test_a_failing_query_is_a_result(tables, monkeypatch):
+    broken = dict(dask_queries.QUERIES)
+    broken[6] = lambda t: t.read("lineitem").no_such_column.sum()
+    monkeypatch.setattr(dask_queries, "QUERIES", broken)
+    plan = suite.plan("small", SCALE, tables, ["q6", "q14"], engines="duckdb,pandas")
+    result = suite.run(plan)
+    rows = {(r["workload"], r["architecture"].split(",")[0]): r for r in result["runs"]}
+    assert "no_such_column" in rows["q6", "pandas"]["error"] and rows["q14", "pandas"]["correct"]
+    assert rows["q6", "DuckDB"]["correct"]
+
+
+def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answers):
+    from distributed import Client, LocalCluster
+
+    plan = suite.plan("small", SCALE, tables, engines="pandas")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        engine = suite._Dask(plan, client, split=True)
+        for n in (5, 18, 21):  # merges, a group-by merged back, a top-n over a group-by
+            phases = engine.phases(n)
+            assert data.same(phases.pop("answer"), answers[n]) is None
+            assert phases["tasks"] > 1 and phases["partitions"] >= 1
+            assert all(phases[step] > 0 for step in ("build", "optimize", "compute")), phases
