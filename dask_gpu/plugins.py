@@ -14,6 +14,7 @@ import warnings
 
 from distributed import WorkerPlugin
 
+from dask_gpu import internals
 from dask_gpu.kernel_cache import use_kernel_cache
 
 
@@ -21,21 +22,23 @@ class GPUWorker(WorkerPlugin):
     """Prepares a GPU worker before its first task and remembers what it was given.
 
     Pins the process to the cores nearest its GPU, sets up the device allocator with
-    spilling on allocation failure, imports ``pre_import`` modules, exports the device
-    memory metrics, and answers :meth:`info` for ``dask gpu config``. It makes no CUDA
-    context: the first task that needs one does.
+    spilling on allocation failure, imports ``pre_import`` modules, warms cuDF where the
+    worker will hold cuDF dataframes (``warm_cudf``), exports the device memory metrics,
+    and answers :meth:`info` for ``dask gpu config``. Without ``warm_cudf`` it makes no
+    CUDA context: the first task that needs one does.
     """
 
     name = "dask-gpu"
 
     def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=(), allocator=None,
-                 cudf_spill=(False, 0)):
+                 cudf_spill=(False, 0), warm_cudf=False):
         self.device = dict(device)
         self.device_memory_limit = device_memory_limit
         self.cpu_affinity = tuple(cpu_affinity)
         self.pre_import = tuple(pre_import)
         self.allocator = allocator
         self.cudf_spill = tuple(cudf_spill)  # (on, statistics level)
+        self.warm_cudf = warm_cudf
 
     def setup(self, worker):
         from dask_gpu.memory import stats
@@ -48,6 +51,10 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
+        if self.warm_cudf:  # before the worker registers: no task runs meanwhile
+            from dask_gpu.dataframe import start
+
+            start.warm(worker.local_directory)
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)
@@ -84,8 +91,6 @@ def forget_lost_key(worker, key, tries: int = 100) -> None:
     """Have the scheduler forget ``worker``'s copy of ``key``, whose spill file was changed or lost, so that it is
     computed again where it is still wanted. Not while a task of the worker reads it (that task fails, naming
     the file): distributed refuses then; so every 0.1 s, ``tries`` times at most."""
-    from distributed.worker_state_machine import RemoveReplicasEvent
-
     ts = worker.state.tasks.get(key)
     if ts is None or ts.state != "memory":
         return
@@ -93,7 +98,7 @@ def forget_lost_key(worker, key, tries: int = 100) -> None:
         if tries > 0:
             worker.loop.call_later(0.1, forget_lost_key, worker, key, tries - 1)
         return
-    worker.handle_stimulus(RemoveReplicasEvent(keys=[key], stimulus_id=f"spill-file-lost-{time.time()}"))
+    worker.handle_stimulus(internals.RemoveReplicasEvent(keys=[key], stimulus_id=f"spill-file-lost-{time.time()}"))
 
 
 def import_modules(modules, worker=None) -> None:
@@ -192,17 +197,15 @@ def spill_cudf(on: bool, statistics: int = 0):
     def configure(cudf):
         cudf.set_option("spill", on)
         cudf.set_option("spill_stats", statistics)
-        from cudf.core.buffer import spill_manager
-
         if not on:  # new buffers plain again; those made spillable keep their manager, as cuDF allows
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "overwriting non-empty manager", UserWarning)
-                spill_manager.set_global_manager(None)
-        elif _global_manager(spill_manager) is None:
-            spill_manager.set_global_manager(spill_manager.SpillManager(
+                internals.set_cudf_spill_manager(None)
+        elif _global_manager() is None:
+            internals.set_cudf_spill_manager(internals.new_cudf_spill_manager(
                 device_memory_limit=cudf.get_option("spill_device_limit"), statistic_level=statistics))
             if cudf.get_option("spill_on_demand"):
-                spill_manager.set_spill_on_demand_globally()
+                internals.cudf_spill_on_demand()
 
     def undo():
         pending = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.callback is configure]
@@ -216,13 +219,13 @@ def spill_cudf(on: bool, statistics: int = 0):
     return undo
 
 
-def _global_manager(spill_manager):
+def _global_manager():
     """cuDF's spill manager, which cuDF makes on first asking where its option says so; its spilling on
     demand may then find another allocation-failure callback (dask-gpu's own) registered first."""
     try:
-        return spill_manager.get_global_manager()
+        return internals.cudf_spill_manager()
     except ValueError:  # the manager was made and set before cuDF tried to register on-demand spilling
-        return spill_manager.get_global_manager()
+        return internals.cudf_spill_manager()
 
 
 def _env_flag(name: str) -> bool:

@@ -13,6 +13,7 @@ from dask.system import CPU_COUNT
 from distributed import Nanny
 from distributed.system import MEMORY_LIMIT
 
+from dask_gpu.dataframe import start
 from dask_gpu.devices import Device, rotate
 from dask_gpu.kernel_cache import kernel_cache_env
 from dask_gpu.memory.allocator import resolve_allocator
@@ -58,6 +59,7 @@ def gpu_worker_spec(
         pre_import=options.pre_import,
         allocator=resolve_allocator(**options.allocator, device_memory=device.memory_total),
         cudf_spill=(options.cudf_spill, options.cudf_spill_stats),
+        warm_cudf=start.wanted(device.simulated),
     )
     name = f"{name_prefix}-{device.label}" if name_prefix else device.label
     spec = _nanny(options, n_workers, name, options.nthreads, {"GPU": 1, **options.resources}, env, plugin)

@@ -210,3 +210,18 @@ def test_the_gpu_backend_reads_partitions_sized_for_the_gpu(client, tmp_path):
         same(ddf.compute().to_pandas().reset_index(drop=True), df.reset_index(drop=True))
         assert dd.read_parquet(str(tmp_path), blocksize=None).npartitions == 6  # dask-cudf's sizing, asked for
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2
+
+
+def test_workers_of_a_gpu_dataframe_cluster_start_with_cudf_ready(tmp_path):
+    """A cluster started under ``dataframe.backend: gpu`` warms cuDF in each worker before it registers: the
+    first query finds cuDF imported and its operations run once."""
+    import sys
+
+    frame(10_000, 3)[["k", "x", "s"]].to_parquet(tmp_path / "part-0.parquet")
+    with dask.config.set({"dataframe.backend": "gpu"}):
+        with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+            assert all(client.run(lambda: "dask_cudf" in sys.modules and "cudf" in sys.modules).values())
+            got = dd.read_parquet(str(tmp_path)).groupby("k").x.mean().compute().to_pandas()
+            assert len(got) == frame(10_000, 3).k.nunique()
+    with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        assert not any(client.run(lambda: "cudf" in sys.modules).values())  # pandas dataframes: no cuDF

@@ -72,10 +72,10 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
             dd.from_dict({"a": [1, 2]}, npartitions=1)
 
 
-def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
-    """The backend's partitioning, with pandas' reader standing in for dask-cudf's: both read several
-    files in one call once the graph is optimized. Persisted through ``Client.persist``, the collection
-    must name the partitions that were made (a bare fused read names those of before the fusion)."""
+def test_the_gpu_backend_reads_whole_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
+    """The backend's partitioning, with pandas' reader standing in for dask-cudf's. Persisted through
+    ``Client.persist``, the collection must name the partitions that were made (a bare fused read names
+    those of before the fusion)."""
     import types
 
     import dask.dataframe as dd
@@ -107,3 +107,70 @@ def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate
             assert sum(rows) == 40_000 and all(n % 1000 == 0 for n in rows)  # whole files, none split
             assert max(rows) <= 2 * min(rows)  # fused reads joined: about even
             assert held.x.sum().compute() == 40_000
+
+
+def test_a_read_of_unchanged_files_takes_the_same_expression_again(simulate, monkeypatch, tmp_path):
+    import types
+
+    import dask.dataframe as dd
+
+    from dask_gpu.dataframe import backend
+
+    made = []
+
+    def read_parquet(*args, **kwargs):
+        made.append(args)
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            return dd.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    monkeypatch.setattr(backend, "_reads", {})
+    simulate(["80GB"])
+    for i in range(2):
+        pd.DataFrame({"k": range(100)}).to_parquet(tmp_path / f"part-{i}.parquet")
+    with dask.config.set({"dataframe.backend": "gpu"}):
+        first, second = dd.read_parquet(str(tmp_path)), dd.read_parquet(str(tmp_path))
+        assert first is not second and first.expr is second.expr and len(made) == 1
+        second.columns = ["renamed"]  # a user's change to one collection is not the other's
+        assert list(dd.read_parquet(str(tmp_path)).columns) == ["k"] and len(made) == 1
+        dd.read_parquet(str(tmp_path), columns=["k"])  # other arguments: another read
+        assert len(made) == 2
+        pd.DataFrame({"k": range(100)}).to_parquet(tmp_path / "part-2.parquet")  # another file: read again
+        assert dd.read_parquet(str(tmp_path)).k.sum().compute() == 3 * 4950 and len(made) == 3
+
+
+def test_two_projections_of_one_read_stay_aligned(simulate, monkeypatch, tmp_path):
+    """A column computed from some of a read's columns, assigned beside others of it (TPC-H's query 21): each
+    projection reads its own columns, and both must split the files at the same rows."""
+    import types
+
+    import dask.dataframe as dd
+    import numpy as np
+
+    from dask_gpu.dataframe import backend
+
+    rng = np.random.default_rng(5)
+    for i in range(12):
+        n = 1000 + 100 * i
+        pd.DataFrame({"k": np.arange(n) + 10_000 * i, "a": rng.integers(0, 9, n), "b": rng.integers(0, 9, n),
+                      "wide": rng.standard_normal(n), "wider": rng.standard_normal(n)}).to_parquet(
+            tmp_path / f"part-{i:02d}.parquet")
+    want = pd.read_parquet(tmp_path)
+
+    def read_parquet(*args, **kwargs):
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            return dd.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    monkeypatch.setattr(backend, "_reads", {})
+    simulate(["80GB", "80GB"])
+    stored = sizing.stored_bytes(str(tmp_path))
+    with dask.config.set({"gpu.partition-size": stored // 4}), \
+            LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster):
+        with dask.config.set({"dataframe.backend": "gpu"}):
+            df = dd.read_parquet(str(tmp_path))
+        late = df.k.where((df.a > df.b) & (df.wide > df.wider))  # five columns read, against one
+        got = df[["k"]].assign(late=late).compute().sort_values("k")
+    assert len(got) == len(want)
+    expected = want.k.where((want.a > want.b) & (want.wide > want.wider))
+    np.testing.assert_array_equal(got.late.to_numpy(), expected.to_numpy())

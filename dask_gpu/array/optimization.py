@@ -21,19 +21,19 @@ import sys
 import types
 
 import numpy as np
-from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, _execute_subgraph, convert_legacy_graph
 from dask.array.chunk import astype as _astype
 from dask.array.chunk import getitem
-from dask.array.random import _apply_random, _apply_random_func
 from dask.blockwise import Blockwise
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 from dask.utils import ensure_dict
 
 from dask_gpu.array import distributions
 from dask_gpu.array.fused import fused_reduce
 from dask_gpu.array.plan import AsType, Call, DrawLeaf, Index, Leaf, Plan, _cupy_module, _is_cupy, in_band, sample
 from dask_gpu.array.random import Philox, default_rng
+from dask_gpu.internals import apply_random, apply_random_func, convert_legacy_graph, execute_subgraph
 from dask_gpu.memory.collector import collector_paused
 
 # Python's operators as dask's elementwise tasks call them; a Sym answers each as NumPy's ufunc.
@@ -95,7 +95,7 @@ class _Extract:
         return self.leaf(TaskRef(key))
 
     def task(self, task: Task, frames):
-        if task.func is _execute_subgraph:
+        if task.func is execute_subgraph:
             inner, outkey, inkeys, *deps = task.args
             bound = {k: self.node(d, frames) for k, d in zip(inkeys, deps)}
             return self.node(inner[outkey], [*frames, (inner, bound)])
@@ -133,7 +133,7 @@ def as_draw(task: Task):
     if task.func is sample and not task.kwargs:
         draw, region = map(_plain, task.args)
         return draw, region
-    if task.func is _apply_random_func and _plain(task.args[0]) is Philox:
+    if task.func is apply_random_func and _plain(task.args[0]) is Philox:
         _, method, seed, size, args, kwargs = map(_plain, task.args)
         if any(isinstance(a, (Task, TaskRef)) for a in (*args, *kwargs.values())):
             return None
@@ -156,7 +156,7 @@ def _seeded(task: Task):
     seeding one again does not, and draws the same values. As data rather than a task of its
     own, the block costs the scheduler and the worker a tuple to pickle, not a task.
     """
-    if task.func is not _apply_random or len(task.args) != 6 or task.kwargs:
+    if task.func is not apply_random or len(task.args) != 6 or task.kwargs:
         return None
     cls, method, state, size, args, kwargs = map(_plain, task.args)
     if not (isinstance(cls, type) and _is_cupy_class(cls) and method in RESEEDABLE):
@@ -182,7 +182,7 @@ def _plain(arg):
 
 def _mentions_cupy(task: Task) -> bool:
     """Whether a task's function or arguments come from CuPy (e.g. CuPy's RandomState)."""
-    random = task.func is _apply_random or task.func is _apply_random_func
+    random = task.func is apply_random or task.func is apply_random_func
     for value in task.args[:1] if random else (task.func, *task.args, *task.kwargs.values()):
         value = _plain(value)
         if value is Philox or _is_cupy(value):
@@ -291,7 +291,7 @@ def _is_gpu(dsk, memo, key) -> bool:
 
 
 def _makes_gpu_data(task: Task) -> bool:
-    if task.func is _execute_subgraph:
+    if task.func is execute_subgraph:
         return any(isinstance(t, Task) and _makes_gpu_data(t) for t in task.args[0].values())
     draw = as_draw(task)
     return _gpu_draw(draw[0]) if draw else _mentions_cupy(task)
@@ -301,7 +301,7 @@ def _rewrite(key, task, graph: _Graph):
     """(new task, keys moved into it)."""
     if not isinstance(task, Task):
         return task, set()
-    inner = task.args[0] if task.func is _execute_subgraph else None
+    inner = task.args[0] if task.func is execute_subgraph else None
     root = inner.get(task.args[1]) if inner is not None else task
     reduction = _reduction(root) if isinstance(root, Task) else None
     fallback = (_fold_slices(task) if inner is not None else task), set()
@@ -330,7 +330,7 @@ def _worth_it(expr) -> bool:
 
 def _fold_slices(task: Task) -> Task:
     """``task`` (a fused one) with each slice of a draw in it drawn directly."""
-    sources = (sample, _apply_random_func)
+    sources = (sample, apply_random_func)
     if not any(isinstance(t, Task) and t.func in sources for t in task.args[0].values()):
         return task
     inner = dict(task.args[0])
@@ -346,7 +346,7 @@ def _fold_slices(task: Task) -> Task:
         changed = True
     if not changed:
         return task
-    return Task(task.key, _execute_subgraph, inner, *task.args[1:])
+    return Task(task.key, execute_subgraph, inner, *task.args[1:])
 
 
 def _fold_top_level_slices(dsk: dict, graph: _Graph) -> dict:
@@ -475,6 +475,6 @@ def _worth_a_look(dsk) -> bool:
 
 
 def _draws(task: Task) -> bool:
-    if task.func is _execute_subgraph:
+    if task.func is execute_subgraph:
         return any(isinstance(t, Task) and _draws(t) for t in task.args[0].values())
     return task.func is sample

@@ -141,9 +141,9 @@ class Generator:
         return f"dask_gpu.random.Generator(Philox4x32-10, entropy={self._seed_seq.entropy})"
 
     def _array(self, method, params, size, dtype, chunks):
-        from dask._task_spec import Task
         from dask.array.core import Array, normalize_chunks
         from dask.base import tokenize
+        from dask.task_spec import Task
 
         shape = _shape(size)
         draw = Draw(self._key, next(self._streams), method, params, shape, np.dtype(dtype), _library())

@@ -4,14 +4,19 @@ dask-cudf's backend (cuDF partitions; ``to_backend("gpu")``, ``read_csv`` and th
 has them), with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`):
 files are read several in one call and joined into partitions of about ``gpu.partition-size`` of the
 smallest GPU, as many as a multiple of the GPU workers. ``blocksize=`` asks for dask-cudf's sizing instead.
+A read of files that have not changed since the same read before takes that read's expression again: the
+client then finds the dataset's footers, schema and partitioning, which dask computes on every read, already
+there.
 dask-cudf is imported at the first call, not with this module.
 """
 
 from __future__ import annotations
 
+from dask.base import tokenize
 from dask.dataframe.backends import DataFrameBackendEntrypoint
+from dask.dataframe.dask_expr import new_collection
 
-from dask_gpu.dataframe import sizing
+from dask_gpu.dataframe import meta, sizing
 
 
 def _cudf():
@@ -20,7 +25,22 @@ def _cudf():
     except ImportError as e:
         raise ImportError(f"the 'gpu' dataframe backend needs cuDF and dask-cudf: pip install dask-cudf-cu12 "
                           f"or dask-cudf-cu13 ({e})") from e
+    meta.install()
     return CudfBackendEntrypoint
+
+
+READS = 256  # reads kept; past it, they are made again
+_reads: dict = {}  # (arguments, the files' listing, the GPUs) -> the read's expression
+
+
+def _read(read, path, args, kwargs, gpus, stored):
+    # A partition per file, joined into a multiple of the GPUs. dask-cudf's own sizing reads several files
+    # in one call, but groups them by the size of the columns read: two projections of one read are then
+    # split at other rows, and a column of one assigned to the other lands on other rows' index.
+    df = read(path, *args, blocksize=None, **kwargs)
+    if not gpus:
+        return df
+    return df.repartition(npartitions=sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus)))
 
 
 class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
@@ -30,16 +50,13 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
         if blocksize != "default":
             return read(path, *args, blocksize=blocksize, **kwargs)
         gpus = sizing.gpu_workers()
-        if not gpus:
-            return read(path, *args, blocksize=None, **kwargs)  # a partition per file
-        # dask-cudf reads several files in one call (faster than one call per file) once the graph is
-        # optimized. The repartition on top gives a multiple of the GPUs, and a partition count that the
-        # optimization does not change: a bare fused read, persisted with Client.persist, keeps the count
-        # of before it and names partitions that were never made.
-        target = sizing.partition_bytes(min(gpus))
-        df = read(path, *args, blocksize=target, **kwargs)
-        stored = sizing.stored_bytes(path, kwargs.get("storage_options"))
-        return df.repartition(npartitions=sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus)))
+        stored, files = sizing.listing(path, kwargs.get("storage_options"))
+        key = (tokenize(path, args, kwargs), files, tuple(gpus), sizing.partition_size())
+        if key not in _reads:
+            if len(_reads) >= READS:
+                _reads.clear()
+            _reads[key] = _read(read, path, args, kwargs, gpus, stored).expr
+        return new_collection(_reads[key])  # a collection of its own over the same expression
 
     @staticmethod
     def to_backend(data, **kwargs):

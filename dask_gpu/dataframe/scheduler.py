@@ -18,7 +18,8 @@ import logging
 import dask
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-SHUFFLE_LOGGER = "distributed.shuffle._scheduler_plugin"
+from dask_gpu import internals
+
 MODES = ("gpu", "all", "p2p")
 logger = logging.getLogger("dask_gpu")
 
@@ -41,19 +42,16 @@ class DeviceShuffles(SchedulerPlugin):
         self.shuffles = 0  # given the device run so far
 
     def update_graph(self, scheduler, *, tasks=(), **kwargs) -> None:
-        from distributed.shuffle._core import barrier_key
-        from distributed.shuffle._shuffle import DataFrameShuffleSpec
-
         mode = shuffle_mode()
         if mode == "p2p":
             return
-        prefix = barrier_key("")
+        prefix = internals.barrier_key("")
         for key in tasks:
             if not (isinstance(key, str) and key.startswith(prefix)):
                 continue
             run_spec = scheduler.tasks[key].run_spec
             spec = getattr(run_spec, "spec", None)
-            if type(spec) is DataFrameShuffleSpec and (mode == "all" or _is_cudf(spec.meta)):
+            if type(spec) is internals.DataFrameShuffleSpec and (mode == "all" or _is_cudf(spec.meta)):
                 from dask_gpu.dataframe.shuffle import DeviceShuffleSpec
 
                 run_spec.spec = DeviceShuffleSpec.of(spec)
@@ -91,6 +89,6 @@ _quiet = _QuietShuffles()
 
 def quiet_shuffle_logs() -> None:
     """Stop the scheduler's "Shuffle ... initialized by task" and "... deactivated" lines (idempotent)."""
-    logger = logging.getLogger(SHUFFLE_LOGGER)
+    logger = logging.getLogger(internals.SHUFFLE_LOGGER)
     if _quiet not in logger.filters:
         logger.addFilter(_quiet)

@@ -30,12 +30,9 @@ from typing import Any
 from dask.sizeof import sizeof
 from distributed.metrics import context_meter, thread_time
 from distributed.protocol import cuda_deserialize, cuda_serialize, dask_deserialize, dask_serialize
-from distributed.shuffle._core import ShuffleRun
-from distributed.shuffle._limiter import ResourceLimiter
-from distributed.shuffle._shuffle import DataFrameShuffleSpec
 from distributed.utils import sync
-from distributed.utils_comm import retry
 
+from dask_gpu import internals
 from dask_gpu.dataframe import tables
 from dask_gpu.memory import dispatch
 
@@ -86,10 +83,10 @@ dask_serialize.register(Shipment)(partial(_serialize, on_device=False))
 dask_deserialize.register(Shipment)(_deserialize)
 
 
-class DeviceShuffleRun(ShuffleRun):
+class DeviceShuffleRun(internals.ShuffleRun):
     """One worker's part of one device shuffle (see the module's docstring)."""
 
-    def __init__(self, worker_for: dict, spec: DataFrameShuffleSpec, pieces: MutableMapping, **kwargs):
+    def __init__(self, worker_for: dict, spec: internals.DataFrameShuffleSpec, pieces: MutableMapping, **kwargs):
         super().__init__(**kwargs)
         self.worker_for = worker_for
         self.npartitions = spec.npartitions
@@ -134,8 +131,8 @@ class DeviceShuffleRun(ShuffleRun):
 
     async def send(self, address: str, shards: list):
         shipment = Shipment([item for _, s in shards for item in s.items])
-        return await retry(partial(self._send, address, shipment), count=self.RETRY_COUNT,
-                           delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
+        return await internals.retry(partial(self._send, address, shipment), count=self.RETRY_COUNT,
+                                     delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
 
     async def _receive(self, data: Shipment) -> None:
         self.raise_if_closed()
@@ -178,34 +175,17 @@ class DeviceShuffleRun(ShuffleRun):
 
 
 @dataclass(frozen=True)
-class DeviceShuffleSpec(DataFrameShuffleSpec):
+class DeviceShuffleSpec(internals.DataFrameShuffleSpec):
     """distributed's specification of a dataframe shuffle, run as a :class:`DeviceShuffleRun`."""
 
     @classmethod
-    def of(cls, spec: DataFrameShuffleSpec) -> DeviceShuffleSpec:
+    def of(cls, spec: internals.DataFrameShuffleSpec) -> DeviceShuffleSpec:
         return cls(**{f.name: getattr(spec, f.name) for f in fields(spec)})
 
     def create_run_on_worker(self, run_id, span_id, worker_for, plugin) -> DeviceShuffleRun:
         from dask_gpu.memory.store import DeviceHostDiskStore
 
-        worker = plugin.worker
-        data = worker.data
+        data = plugin.worker.data
         pieces = data.space(("shuffle", self.id, run_id)) if isinstance(data, DeviceHostDiskStore) else {}
-        return DeviceShuffleRun(
-            worker_for=worker_for,
-            spec=self,
-            pieces=pieces,
-            id=self.id,
-            run_id=run_id,
-            span_id=span_id,
-            local_address=worker.address,
-            directory=worker.local_directory,
-            executor=plugin._executor,
-            rpc=worker.rpc,
-            digest_metric=worker.digest_metric,
-            scheduler=worker.scheduler,
-            memory_limiter_disk=ResourceLimiter(None),
-            memory_limiter_comms=plugin.memory_limiter_comms,
-            disk=False,
-            loop=worker.loop,
-        )
+        return DeviceShuffleRun(worker_for=worker_for, spec=self, pieces=pieces,
+                                **internals.shuffle_run_arguments(self.id, run_id, span_id, plugin))

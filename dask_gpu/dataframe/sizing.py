@@ -37,10 +37,19 @@ def partition_size(size=None) -> int | float:
 
 def stored_bytes(path, storage_options=None) -> int:
     """The bytes of the files under ``path`` (a file, a directory, a glob or a list of them)."""
+    return listing(path, storage_options)[0]
+
+
+def listing(path, storage_options=None) -> tuple[int, str]:
+    """The bytes of the files under ``path``, and a token that changes when a file is added, removed or written."""
+    from dask.base import tokenize
     from fsspec.core import get_fs_token_paths
 
     fs, _, paths = get_fs_token_paths(path, storage_options=storage_options)
-    return sum(fs.du(p, total=True) for p in paths)
+    files = {}
+    for p in paths:
+        files.update(fs.find(p, detail=True) if fs.isdir(p) else {p: fs.info(p)})
+    return sum(info.get("size") or 0 for info in files.values()), tokenize(sorted(files.items(), key=str))
 
 
 def gpu_workers(client=None) -> list[int]:

@@ -6,8 +6,8 @@ joined by libcudf in one call each: a cuDF frame for every piece would cost more
 GPU spends on the data. The frame comes back once, for the output, with the input's dtypes
 (categories and time zones live in cuDF's dtypes, not in its columns) and index names.
 
-This is the one module of dask-gpu that uses cuDF's internals (a frame's columns as pylibcudf
-columns, and a frame made from them); a cuDF release that changes them changes only this file.
+It reaches cuDF's internals (a frame's columns as pylibcudf columns, and a frame made from them)
+through :mod:`dask_gpu.internals`, and calls pylibcudf's public API itself.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from dask.sizeof import sizeof
 
+from dask_gpu import internals
 from dask_gpu.memory import dispatch
 
 
@@ -133,18 +134,16 @@ class CudfFrames:
     def __init__(self, meta, column: str, drop_column: bool):
         self.column = column
         self.template = meta.drop(columns=[column]) if drop_column else meta
-        self.names = list(self.template._column_names)
+        self.names = list(internals.cudf_column_names(self.template))
 
     def split(self, df, npartitions: int) -> dict:
         import pylibcudf as plc
-        from cudf.core.column.utils import access_columns
-        from pylibcudf.libcudf.partitioning import hash_id
 
-        columns = [*df.index._columns, *(df._data[name] for name in self.names)]
-        with access_columns(*columns, df._data[self.column], mode="read", scope="internal") as accessed:
-            table = plc.Table([c.plc_column for c in accessed])
+        columns = [*internals.cudf_columns(df.index), *(internals.cudf_column(df, name) for name in self.names)]
+        with internals.read_as_pylibcudf(*columns, internals.cudf_column(df, self.column)) as readable:
+            table = plc.Table(readable)
             parted, offsets = plc.partitioning.hash_partition(
-                table, [len(columns)], npartitions, hash_id.HASH_IDENTITY
+                table, [len(columns)], npartitions, internals.identity_hash()
             )  # the number is the partition: libcudf's fast partitioner, not its general one
         body = plc.Table(list(parted.columns()[:-1]))
         parent = _Allocation(sum(c.device_buffer_size() for c in body.columns()), body.num_rows())
@@ -167,7 +166,5 @@ class CudfFrames:
         return self._frame(table, layout)
 
     def _frame(self, table, layout: Layout):
-        from cudf.core.column import ColumnBase
-
-        columns = [ColumnBase.create(c, dtype) for c, dtype in zip(table.columns(), layout.dtypes)]
-        return self.template._from_columns_like_self(columns, self.names, list(layout.index_names))
+        columns = internals.from_pylibcudf(table.columns(), layout.dtypes)
+        return internals.frame_like(self.template, columns, self.names, list(layout.index_names))

@@ -27,6 +27,8 @@ from importlib.util import find_spec
 from distributed.spill import AnyKeyFile
 from distributed.utils import nbytes
 
+from dask_gpu import internals
+
 _TRAILER = struct.Struct("<QQ4s")  # length of the data, its checksum, the tag naming the checksum
 _CRC32, _XXH3 = b"DGC1", b"DGX3"
 
@@ -131,7 +133,7 @@ def _digest(tag: bytes, frames) -> int:
 
 def install(spill_buffer) -> ChecksummedFile:
     """Put a :class:`ChecksummedFile` in place of a new, empty ``SpillBuffer``'s file mapping."""
-    slow = spill_buffer._slow_uncached  # distributed.spill.Slow, a zict.Func over an AnyKeyFile
+    slow = internals.spill_buffer_disk(spill_buffer)
     if not isinstance(slow.d, AnyKeyFile) or len(slow.d):
         raise TypeError(f"distributed's spill buffer changed: its files are kept by {type(slow.d).__name__}")
     slow.d = ChecksummedFile(slow.d.directory)

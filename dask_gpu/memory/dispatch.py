@@ -17,6 +17,8 @@ import numpy as np
 from dask.sizeof import sizeof
 from dask.utils import Dispatch
 
+from dask_gpu import internals
+
 __all__ = ["HostCopy", "device_buffers", "device_nbytes", "is_device", "pinned_pool", "register_device_type",
            "spills_itself", "to_device", "to_host"]
 
@@ -318,7 +320,7 @@ def _cudf_buffers(obj) -> Buffers:
     share columns share allocations. A RangeIndex holds none."""
     found: dict[Hashable, int] = {}
     for column in _cudf_columns(obj):
-        _column_buffers(column.plc_column, found)
+        _column_buffers(internals.as_pylibcudf(column), found)
     return list(found.items())
 
 
@@ -326,18 +328,18 @@ def _cudf_columns(obj) -> list:
     import cudf
 
     if isinstance(obj, cudf.RangeIndex):
-        return []  # its _columns would make one
+        return []  # its columns would make one
     index = getattr(obj, "index", None)
-    own = [] if index is None or isinstance(index, cudf.RangeIndex) else list(index._columns)
-    return [*own, *obj._columns]
+    own = [] if index is None or isinstance(index, cudf.RangeIndex) else list(internals.cudf_columns(index))
+    return [*own, *internals.cudf_columns(obj)]
 
 
 def _column_buffers(column, found: dict) -> None:
     """A pylibcudf column's data and mask allocations, and its children's."""
     for buffer in (column.data(), column.null_mask()):
         if buffer is not None:
-            owner = getattr(buffer, "owner", None) or getattr(buffer, "obj", None) or buffer  # cuDF's, or RMM's
-            found.setdefault(("cudf", id(owner)), int(getattr(owner, "size", None) or buffer.nbytes))
+            owner, size = internals.allocation(buffer)
+            found.setdefault(("cudf", id(owner)), size)
     for child in column.children():
         _column_buffers(child, found)
 
@@ -365,9 +367,7 @@ def cudf_spills_itself() -> bool:
     """Whether cuDF's own spilling is on in this process: its objects then move themselves."""
     if "cudf" not in sys.modules:
         return False
-    from cudf.core.buffer.spill_manager import get_global_manager
-
-    return get_global_manager() is not None
+    return internals.cudf_spill_manager() is not None
 
 
 @_types.register_lazy("cudf")

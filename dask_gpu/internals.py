@@ -1,0 +1,167 @@
+"""The one module of dask-gpu that touches private APIs of distributed, dask and cuDF.
+
+The rule: every use of what these libraries keep to themselves (a private module or name, an
+undocumented attribute, cuDF's internals under ``cudf.core``) goes through here, so that a release of
+one of them that changes it breaks this file alone. Their public APIs (pylibcudf's ``plc.*``,
+``dask.task_spec``) are used directly, where they are needed.
+
+It stands on the ground floor: it imports nothing of dask-gpu, and nothing of these libraries until a
+caller uses a name, so that ``import dask_gpu`` works without cuDF and imports no private module
+itself. Classes and functions taken as they are (``internals.ShuffleRun``) are imported on first
+access, by the module's ``__getattr__``; attribute chains are small functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+# name -> (module, its name there): imported on first access, then kept in this module
+_LAZY = {
+    # distributed's P2P shuffle, which the device shuffle runs as, and the retry of a run's sends
+    "ShuffleRun": ("distributed.shuffle._core", "ShuffleRun"),
+    "barrier_key": ("distributed.shuffle._core", "barrier_key"),
+    "DataFrameShuffleSpec": ("distributed.shuffle._shuffle", "DataFrameShuffleSpec"),
+    "retry": ("distributed.utils_comm", "retry"),
+    # the worker's state machine: a stimulus that drops the worker's copy of a key
+    "RemoveReplicasEvent": ("distributed.worker_state_machine", "RemoveReplicasEvent"),
+    # dask's merge expression, whose meta dask_gpu.dataframe.meta keeps by kind
+    "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
+    # dask's task graphs: old-style ones converted, and the functions of dask.array's tasks that
+    # dask_gpu.array.optimization recognizes
+    "convert_legacy_graph": ("dask._task_spec", "convert_legacy_graph"),
+    "execute_subgraph": ("dask._task_spec", "_execute_subgraph"),
+    "apply_random": ("dask.array.random", "_apply_random"),
+    "apply_random_func": ("dask.array.random", "_apply_random_func"),
+}
+
+# distributed's scheduler plugin for P2P shuffles logs under its module's name
+SHUFFLE_LOGGER = "distributed.shuffle._scheduler_plugin"
+
+
+def __getattr__(name: str):
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = globals()[name] = getattr(importlib.import_module(module), attribute)
+    return value
+
+
+# --- distributed ------------------------------------------------------------------------------
+
+def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
+    """distributed's keywords for a :class:`ShuffleRun` on the worker of ``plugin`` (its shuffle worker
+    plugin), for a run that keeps no files: no disk, and no limit on what it would write."""
+    from distributed.shuffle._limiter import ResourceLimiter
+
+    worker = plugin.worker
+    return {
+        "id": shuffle_id,
+        "run_id": run_id,
+        "span_id": span_id,
+        "local_address": worker.address,
+        "directory": worker.local_directory,
+        "executor": plugin._executor,
+        "rpc": worker.rpc,
+        "digest_metric": worker.digest_metric,
+        "scheduler": worker.scheduler,
+        "memory_limiter_disk": ResourceLimiter(None),
+        "memory_limiter_comms": plugin.memory_limiter_comms,
+        "disk": False,
+        "loop": worker.loop,
+    }
+
+
+def spill_buffer_disk(spill_buffer):
+    """The disk side of distributed's ``SpillBuffer``, uncached: a ``distributed.spill.Slow``, a zict.Func
+    whose ``d`` is the file mapping (an ``AnyKeyFile``)."""
+    return spill_buffer._slow_uncached
+
+
+# --- cuDF: a frame's columns as pylibcudf columns, and a frame made from them -----------------
+
+def cudf_column_names(frame) -> tuple:
+    """A cuDF frame's data column names, in order."""
+    return frame._column_names
+
+
+def cudf_columns(obj) -> tuple:
+    """A cuDF frame's data columns, or an index's columns, as cuDF column objects."""
+    return obj._columns
+
+
+def cudf_column(frame, name):
+    """A cuDF frame's data column ``name``."""
+    return frame._data[name]
+
+
+def as_pylibcudf(column):
+    """A cuDF column's pylibcudf column, not accessed for reading (see below): to look at its buffers."""
+    return column.plc_column
+
+
+@contextlib.contextmanager
+def read_as_pylibcudf(*columns):
+    """cuDF columns as pylibcudf columns while the block runs, accessed for reading as cuDF's copy-on-write
+    and spilling ask."""
+    from cudf.core.column.utils import access_columns
+
+    with access_columns(*columns, mode="read", scope="internal") as accessed:
+        yield [c.plc_column for c in accessed]
+
+
+def identity_hash():
+    """libcudf's identity hash: a column of partition numbers partitions by its values."""
+    from pylibcudf.libcudf.partitioning import hash_id
+
+    return hash_id.HASH_IDENTITY
+
+
+def from_pylibcudf(columns, dtypes) -> list:
+    """pylibcudf columns as cuDF columns of the cuDF ``dtypes`` (which carry categories and time zones)."""
+    from cudf.core.column import ColumnBase
+
+    return [ColumnBase.create(c, dtype) for c, dtype in zip(columns, dtypes)]
+
+
+def frame_like(template, columns: list, names: list, index_names: list):
+    """A frame of ``template``'s kind from cuDF ``columns``: the index's, then the data columns ``names``."""
+    return template._from_columns_like_self(columns, names, index_names)
+
+
+def allocation(buffer) -> tuple:
+    """The allocation under a pylibcudf column's data or mask, and its size in bytes: the owner of cuDF's
+    buffer, or RMM's buffer; the buffer itself where it has neither."""
+    owner = getattr(buffer, "owner", None) or getattr(buffer, "obj", None) or buffer
+    return owner, int(getattr(owner, "size", None) or buffer.nbytes)
+
+
+# --- cuDF's spill manager, which moves spillable buffers itself -------------------------------
+
+def cudf_spill_manager():
+    """cuDF's global spill manager: None where its spilling is off."""
+    from cudf.core.buffer import spill_manager
+
+    return spill_manager.get_global_manager()
+
+
+def set_cudf_spill_manager(manager) -> None:
+    """Make ``manager`` cuDF's global spill manager (None: new buffers are plain)."""
+    from cudf.core.buffer import spill_manager
+
+    spill_manager.set_global_manager(manager)
+
+
+def new_cudf_spill_manager(device_memory_limit, statistic_level):
+    """A cuDF spill manager, not yet set."""
+    from cudf.core.buffer import spill_manager
+
+    return spill_manager.SpillManager(device_memory_limit=device_memory_limit, statistic_level=statistic_level)
+
+
+def cudf_spill_on_demand() -> None:
+    """Have cuDF spill where an allocation fails, as its ``spill_on_demand`` option does."""
+    from cudf.core.buffer import spill_manager
+
+    spill_manager.set_spill_on_demand_globally()
