@@ -72,10 +72,10 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
             dd.from_dict({"a": [1, 2]}, npartitions=1)
 
 
-def test_the_gpu_backend_reads_whole_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
-    """The backend's partitioning, with pandas' reader standing in for dask-cudf's. Persisted through
-    ``Client.persist``, the collection must name the partitions that were made (a bare fused read names
-    those of before the fusion)."""
+def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
+    """The backend's partitioning, with pandas' reader standing in for dask-cudf's: both read several
+    files in one call once the graph is optimized. Persisted through ``Client.persist``, the collection
+    must name the partitions that were made (a bare fused read names those of before the fusion)."""
     import types
 
     import dask.dataframe as dd
@@ -140,8 +140,8 @@ def test_a_read_of_unchanged_files_takes_the_same_expression_again(simulate, mon
 
 
 def test_two_projections_of_one_read_stay_aligned(simulate, monkeypatch, tmp_path):
-    """A column computed from some of a read's columns, assigned beside others of it (TPC-H's query 21): each
-    projection reads its own columns, and both must split the files at the same rows."""
+    """A column computed from some of a read's columns, assigned beside another of it (as TPC-H's query 21
+    does): each projection reads its own columns, fused into reads of their own, and the rows must meet."""
     import types
 
     import dask.dataframe as dd

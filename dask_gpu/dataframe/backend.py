@@ -34,12 +34,13 @@ _reads: dict = {}  # (arguments, the files' listing, the GPUs) -> the read's exp
 
 
 def _read(read, path, args, kwargs, gpus, stored):
-    # A partition per file, joined into a multiple of the GPUs. dask-cudf's own sizing reads several files
-    # in one call, but groups them by the size of the columns read: two projections of one read are then
-    # split at other rows, and a column of one assigned to the other lands on other rows' index.
-    df = read(path, *args, blocksize=None, **kwargs)
     if not gpus:
-        return df
+        return read(path, *args, blocksize=None, **kwargs)  # a partition per file
+    # dask-cudf reads several files in one call (faster than one call per file) once the graph is
+    # optimized. The repartition on top gives a multiple of the GPUs, and a partition count that the
+    # optimization does not change: a bare fused read, persisted with Client.persist, keeps the count
+    # of before it and names partitions that were never made.
+    df = read(path, *args, blocksize=sizing.partition_bytes(min(gpus)), **kwargs)
     return df.repartition(npartitions=sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus)))
 
 

@@ -16,6 +16,9 @@ import pandas as pd
 # Aggregations are given as {column: function} or on one column: dask-cudf has no named aggregation.
 
 
+_NO_SUPPLIER = 2**62  # above every supplier key
+
+
 def _revenue(df):
     return df.l_extendedprice * (1 - df.l_discount)
 
@@ -313,14 +316,17 @@ def q20(t):
 
 def q21(t):
     supplier, li, o, n = t.read("supplier"), t.read("lineitem"), t.read("orders"), t.read("nation")
-    late = li.l_suppkey.where(li.l_receiptdate > li.l_commitdate)
+    late = li.l_receiptdate > li.l_commitdate
     # one pass over lineitem, per order: EXISTS another supplier is min != max over all its lines; NOT EXISTS
-    # another late supplier is min == max over its late lines, that one supplier being the one waited for
-    li = li.assign(smin=li.l_suppkey, smax=li.l_suppkey, lmin=late, lmax=late, numwait=late)
+    # another late supplier is min == max over its late lines, that one supplier being the one waited for.
+    # Lines not late count as a supplier above every key for the min and below every key for the max (no
+    # missing values: pandas skips NaN in min and count, cuDF counts it as a value)
+    li = li.assign(smin=li.l_suppkey, smax=li.l_suppkey, lmin=li.l_suppkey.where(late, _NO_SUPPLIER),
+                   lmax=li.l_suppkey.where(late, -1), numwait=late.astype("int64"))
     per_order = li.groupby("l_orderkey").agg(
-        {"smin": "min", "smax": "max", "lmin": "min", "lmax": "max", "numwait": "count"}, split_out=True).reset_index()
+        {"smin": "min", "smax": "max", "lmin": "min", "lmax": "max", "numwait": "sum"}, split_out=True).reset_index()
     per_order = per_order[(per_order.smin != per_order.smax) & (per_order.lmin == per_order.lmax)]
-    per_order = per_order.assign(l_suppkey=per_order.lmin.astype("int64"))[["l_orderkey", "l_suppkey", "numwait"]]
+    per_order = per_order.rename(columns={"lmin": "l_suppkey"})[["l_orderkey", "l_suppkey", "numwait"]]
     n = n[n.n_name == "SAUDI ARABIA"][["n_nationkey"]]
     s = supplier.merge(n, left_on="s_nationkey", right_on="n_nationkey")[["s_suppkey", "s_name"]]
     o = o[o.o_orderstatus == "F"][["o_orderkey"]]
