@@ -202,7 +202,7 @@ def plot(result: dict, path: str, title: str) -> None:
     names, columns = list(result["workloads"]), result["columns"]
     seconds = {(r["workload"], r["architecture"]): r.get("seconds") for r in result["runs"]}
     width = 0.8 / max(1, len(columns))
-    fig, ax = plt.subplots(figsize=(2 + 1.8 * len(names), 4))
+    fig, ax = plt.subplots(figsize=(min(2 + 1.8 * len(names), 18), 4))  # 22 TPC-H queries fit a page
     for i, col in enumerate(columns):
         xs = [j + i * width for j in range(len(names))]
         ax.bar(xs, [seconds.get((name, col)) or 0 for name in names], width, label=col)
