@@ -20,8 +20,8 @@ from importlib.util import find_spec
 
 import dask
 
-from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, error_text, gpu_client,
-                                        gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table)
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
+                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table)
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
 from dask_gpu.report import machine_dict
@@ -67,10 +67,11 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
     kinds = _kinds(engines)
     if kinds and "dask-cuda" in kinds:
         compare = "dask-cuda"
-    protocol = protocol or "tcp"
+    cols = columns(compare, gpus)
+    protocol = protocol or default_protocol(cols)
     check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
     data.connect()  # DuckDB and its TPC-H extension make the data and the answers: say now if they are missing
-    cols, notes = gpu_notes(columns(compare, gpus), compare, GPU_LIBRARIES, find_spec)
+    cols, notes = gpu_notes(cols, compare, GPU_LIBRARIES, find_spec)
     for library, kind in (("polars", "polars"), ("cudf_polars", "cudf-polars")):
         if find_spec(library) is None and (engines is None or kind in kinds):
             notes.append(f"{library.replace('_', '-')} is not installed: no {kind} column")
