@@ -91,6 +91,11 @@ def cudf_columns(obj) -> tuple:
     return obj._columns
 
 
+def cudf_dtypes(frame) -> tuple:
+    """A cuDF frame's data columns' dtypes, in order, without the pandas Series that ``frame.dtypes`` makes."""
+    return tuple(column.dtype for column in frame._columns)
+
+
 def cudf_column(frame, name):
     """A cuDF frame's data column ``name``."""
     return frame._data[name]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 
+from dask_gpu import internals
+
 LIMIT = 4096  # kinds kept; past it, the cache starts again
 _merged: dict = {}  # kind -> meta
 
@@ -44,6 +46,11 @@ def install() -> None:
 
 
 def signature(frame) -> tuple:
-    """What a merge's result takes from ``frame``: its type, columns, dtypes and index."""
+    """What a merge's result takes from ``frame``: its type, columns, dtypes and index. A cuDF frame's
+    ``dtypes`` is a pandas Series made anew, a millisecond each: its columns' dtypes are read instead."""
     index = frame.index
-    return (type(frame), tuple(frame.columns), tuple(frame.dtypes), type(index), index.name, index.dtype)
+    if type(frame).__module__.split(".")[0] == "cudf":
+        names, dtypes = tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame)
+    else:
+        names, dtypes = tuple(frame.columns), tuple(frame.dtypes)
+    return (type(frame), names, dtypes, type(index), index.name, index.dtype)
