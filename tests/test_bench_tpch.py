@@ -159,3 +159,42 @@ def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answ
             assert data.same(phases.pop("answer"), answers[n]) is None
             assert phases["tasks"] > 1 and phases["partitions"] >= 1
             assert all(phases[step] > 0 for step in ("build", "optimize", "compute")), phases
+
+
+def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simulate, monkeypatch, tmp_path):
+    """The path between GPU workers, on the CPU: the ``gpu`` backend's reads (pandas' reader standing in for
+    dask-cudf's), tables in several partitions on two simulated GPUs, and every shuffle through dask-gpu's
+    own run (``gpu.shuffle: all``). Each answer must be DuckDB's."""
+    import types
+
+    from distributed import Client
+
+    from dask_gpu import LocalCUDACluster
+    from dask_gpu.dataframe import backend, sizing
+
+    monkeypatch.setattr(data, "ROWS_PER_FILE", 12_000)  # lineitem in 5 files, orders in 2
+    path = str(tmp_path / "tpch")
+    data.generate(path, SCALE)
+    con = data.connect()
+
+    def read_parquet(*args, **kwargs):
+        import dask.dataframe as dd
+
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            return dd.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    monkeypatch.setattr(backend, "_reads", {})
+    simulate(["80GB", "80GB"])
+    plan = suite.plan("small", SCALE, path, engines="pandas")
+    target = sizing.stored_bytes(data.files(path, "lineitem")) // 4
+    with dask.config.set({"gpu.partition-size": target, "gpu.shuffle": "all"}), \
+            LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        with dask.config.set({"dataframe.backend": "gpu"}):
+            engine = suite._Dask(plan, client, split=False)
+            assert engine.read("lineitem").npartitions == 4 and engine.read("orders").npartitions == 2
+            wrong = {n: why for n in data.QUERIES
+                     if (why := data.same(engine.run(n), data.reference(con, path, n, SCALE)))}
+        shuffles = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["dask-gpu-shuffle"].shuffles)
+    assert not wrong, wrong
+    assert shuffles > 0  # joins and group-bys crossed the two workers through the device shuffle's run
