@@ -41,6 +41,28 @@ def simulate():
 
 
 @pytest.fixture
+def pandas_reader(monkeypatch):
+    """The ``gpu`` dataframe backend with pandas' parquet reader standing in for dask-cudf's (both read several
+    files in one call once the graph is optimized), and no read kept from before; the list of the reads made."""
+    import types
+
+    import dask.dataframe as dd
+
+    from dask_gpu.dataframe import backend
+
+    made = []
+
+    def read_parquet(*args, **kwargs):
+        made.append(args)
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            return dd.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    monkeypatch.setattr(backend, "_reads", {})
+    return made
+
+
+@pytest.fixture
 def no_gpu(monkeypatch):
     """A machine without NVML, whatever this one has."""
     from dask_gpu import devices

@@ -161,30 +161,20 @@ def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answ
             assert all(phases[step] > 0 for step in ("build", "optimize", "compute")), phases
 
 
-def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simulate, monkeypatch, tmp_path):
+def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simulate, pandas_reader, monkeypatch,
+                                                                         tmp_path):
     """The path between GPU workers, on the CPU: the ``gpu`` backend's reads (pandas' reader standing in for
     dask-cudf's), tables in several partitions on two simulated GPUs, and every shuffle through dask-gpu's
     own run (``gpu.shuffle: all``). Each answer must be DuckDB's."""
-    import types
-
     from distributed import Client
 
     from dask_gpu import LocalCUDACluster
-    from dask_gpu.dataframe import backend, sizing
+    from dask_gpu.dataframe import sizing
 
     monkeypatch.setattr(data, "ROWS_PER_FILE", 12_000)  # lineitem in 5 files, orders in 2
     path = str(tmp_path / "tpch")
     data.generate(path, SCALE)
     con = data.connect()
-
-    def read_parquet(*args, **kwargs):
-        import dask.dataframe as dd
-
-        with dask.config.set({"dataframe.backend": "pandas"}):
-            return dd.read_parquet(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
-    monkeypatch.setattr(backend, "_reads", {})
     simulate(["80GB", "80GB"])
     plan = suite.plan("small", SCALE, path, engines="pandas")
     target = sizing.stored_bytes(data.files(path, "lineitem")) // 4

@@ -72,28 +72,18 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
             dd.from_dict({"a": [1, 2]}, npartitions=1)
 
 
-def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate, monkeypatch, tmp_path):
+def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate, pandas_reader, tmp_path):
     """The backend's partitioning, with pandas' reader standing in for dask-cudf's: both read several
     files in one call once the graph is optimized. Persisted through ``Client.persist``, the collection
     must name the partitions that were made (a bare fused read names those of before the fusion)."""
-    import types
-
     import dask.dataframe as dd
     import numpy as np
     from distributed import futures_of, wait
-
-    from dask_gpu.dataframe import backend
 
     for i in range(40):
         pd.DataFrame({"k": np.arange(1000) + 1000 * i, "x": np.ones(1000), "pad": np.zeros(1000)}).to_parquet(
             tmp_path / f"part-{i:02d}.parquet")
     stored = sizing.stored_bytes(str(tmp_path))
-
-    def read_parquet(*args, **kwargs):
-        with dask.config.set({"dataframe.backend": "pandas"}):
-            return dd.read_parquet(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
     simulate(["80GB", "80GB"])
     with dask.config.set({"gpu.partition-size": stored // 8}), \
             LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
@@ -109,22 +99,10 @@ def test_the_gpu_backend_reads_fused_files_that_client_persist_can_hold(simulate
             assert held.x.sum().compute() == 40_000
 
 
-def test_a_read_of_unchanged_files_takes_the_same_expression_again(simulate, monkeypatch, tmp_path):
-    import types
-
+def test_a_read_of_unchanged_files_takes_the_same_expression_again(simulate, pandas_reader, tmp_path):
     import dask.dataframe as dd
 
-    from dask_gpu.dataframe import backend
-
-    made = []
-
-    def read_parquet(*args, **kwargs):
-        made.append(args)
-        with dask.config.set({"dataframe.backend": "pandas"}):
-            return dd.read_parquet(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
-    monkeypatch.setattr(backend, "_reads", {})
+    made = pandas_reader
     simulate(["80GB"])
     for i in range(2):
         pd.DataFrame({"k": range(100)}).to_parquet(tmp_path / f"part-{i}.parquet")
@@ -139,15 +117,11 @@ def test_a_read_of_unchanged_files_takes_the_same_expression_again(simulate, mon
         assert dd.read_parquet(str(tmp_path)).k.sum().compute() == 3 * 4950 and len(made) == 3
 
 
-def test_two_projections_of_one_read_stay_aligned(simulate, monkeypatch, tmp_path):
+def test_two_projections_of_one_read_stay_aligned(simulate, pandas_reader, tmp_path):
     """A column computed from some of a read's columns, assigned beside another of it (as TPC-H's query 21
     does): each projection reads its own columns, fused into reads of their own, and the rows must meet."""
-    import types
-
     import dask.dataframe as dd
     import numpy as np
-
-    from dask_gpu.dataframe import backend
 
     rng = np.random.default_rng(5)
     for i in range(12):
@@ -156,13 +130,6 @@ def test_two_projections_of_one_read_stay_aligned(simulate, monkeypatch, tmp_pat
                       "wide": rng.standard_normal(n), "wider": rng.standard_normal(n)}).to_parquet(
             tmp_path / f"part-{i:02d}.parquet")
     want = pd.read_parquet(tmp_path)
-
-    def read_parquet(*args, **kwargs):
-        with dask.config.set({"dataframe.backend": "pandas"}):
-            return dd.read_parquet(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
-    monkeypatch.setattr(backend, "_reads", {})
     simulate(["80GB", "80GB"])
     stored = sizing.stored_bytes(str(tmp_path))
     with dask.config.set({"gpu.partition-size": stored // 4}), \
