@@ -184,14 +184,11 @@ def _same_ties(got, want, floats, exact, rtol) -> bool:
     values = want.iloc[:, floats].to_numpy()
     ties = np.concatenate([[True], ~np.isclose(values[1:], values[:-1], rtol=rtol, atol=1e-9).all(axis=1)])
     run = np.cumsum(ties)
-    key = [*range(len(exact))]
-    for frame in (got, want):
-        frame["_run"] = run
-    a = got.sort_values(["_run", *exact]).iloc[:, exact].reset_index(drop=True)
-    b = want.sort_values(["_run", *exact]).iloc[:, exact].reset_index(drop=True)
-    for frame in (got, want):
-        del frame["_run"]
-    return bool(a.set_axis(key, axis=1).equals(b.set_axis(key, axis=1)))
+
+    def ordered(frame):
+        return frame.assign(_run=run).sort_values(["_run", *exact]).iloc[:, exact].reset_index(drop=True)
+
+    return bool(ordered(got).equals(ordered(want)))
 
 
 def _differs(got, want, i, name) -> str:
