@@ -4,7 +4,8 @@ For each query, after a first run and a warm one: the collection's building and 
 (with a cProfile of both, summed over the queries), the graph's tasks, and the computation, split by the task
 stream into the tasks' own time (by task prefix) and what is left (submission, scheduling, transfers). Also each
 query computed in this process by dask's synchronous scheduler on cuDF (``local``): the same tasks with no
-cluster in between.
+cluster in between. With ``--plans``, each query's building and optimization alone, with cuDF's metas and with
+pandas' (what the client would cost if it planned with pandas metadata).
 
     python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--out FILE]
 """
@@ -27,6 +28,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--local", action="store_true", help="also run each query with the sync scheduler here")
+    parser.add_argument("--plans", action="store_true",
+                        help="also time each query's building and optimization on the client alone, with cuDF's metas "
+                             "and with pandas' (dask's pandas backend over the same files)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
 
@@ -69,16 +73,20 @@ def main(argv=None) -> dict:
                 clock.append(time.perf_counter())
                 graph = optimized.__dask_graph__()
                 clock.append(time.perf_counter())
+                called = time.time()
                 with _stream(client) as tasks:
                     client.compute(optimized).result()
+                answered = time.time()
                 clock.append(time.perf_counter())
                 steps = [b - a for a, b in zip(clock, clock[1:])]
                 row.update(build=steps[0], optimize=steps[1], graph=steps[2], compute=steps[3], tasks=len(graph),
-                           by_prefix=_by_prefix(tasks), task_seconds=_busy(tasks))
+                           by_prefix=_by_prefix(tasks), task_seconds=_busy(tasks), **_ends(tasks, called, answered))
                 row["outside_tasks"] = row["compute"] - row["task_seconds"]
                 print(f"q{n}: first {row['first']:.2f} second {row['second']:.2f} | build {steps[0]:.3f} "
                       f"optimize {steps[1]:.3f} graph {steps[2]:.3f} compute {steps[3]:.3f} (tasks busy "
-                      f"{row['task_seconds']:.3f}, {len(graph)} tasks) {row['correct']}", flush=True)
+                      f"{row['task_seconds']:.3f}, {len(graph)} tasks; before the first "
+                      f"{row.get('before_first_task', 0):.3f}, after the last {row.get('after_last_task', 0):.3f}) "
+                      f"{row['correct']}", flush=True)
         if args.local:
             import cudf  # noqa: F401  the sync scheduler computes in this process
 
@@ -90,16 +98,48 @@ def main(argv=None) -> dict:
                     times.append(time.perf_counter() - start)
                 result["queries"][f"q{n}"]["local"] = min(times)
                 print(f"q{n}: local (sync scheduler, this process) {min(times):.3f}", flush=True)
+    if args.plans:
+        result["plans"] = {backend: _plans(engine, numbers, backend) for backend in ("gpu", "pandas")}
+        print("client seconds, build + optimize summed over the queries:",
+              {k: round(sum(sum(v) for v in rows.values()), 3) for k, rows in result["plans"].items()}, flush=True)
     text = io.StringIO()
     stats = pstats.Stats(profile, stream=text)
     stats.sort_stats("cumulative").print_stats(60)
     stats.sort_stats("tottime").print_stats(40)
+    stats.print_callers(r"\(dtypes\)|is_dataframe_like|\(tokenize\)|_meta_chunk")
     result["client_profile"] = text.getvalue()
     print(text.getvalue()[:12000])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
     return result
+
+
+def _plans(engine, numbers, backend) -> dict:
+    """Each query's building and optimization on the client under ``backend`` (best of 3): [build, optimize]."""
+    import dask
+
+    out = {}
+    with dask.config.set({"dataframe.backend": backend}):
+        for n in numbers:
+            runs = []
+            for _ in range(3):
+                start = time.perf_counter()
+                collection = engine.queries[n](engine)
+                built = time.perf_counter()
+                collection.optimize()
+                runs.append((built - start, time.perf_counter() - built))
+            out[f"q{n}"] = min(runs, key=sum)
+    return out
+
+
+def _ends(ts, called: float, answered: float) -> dict:
+    """The compute call's seconds before its first task started, and after its last ended."""
+    spans = [(s["start"], s["stop"]) for task in ts.data for s in task["startstops"] if s["action"] == "compute"]
+    if not spans:
+        return {}
+    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    return {"before_first_task": first - called, "after_last_task": answered - last}
 
 
 class _stream:

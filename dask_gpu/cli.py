@@ -339,7 +339,7 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
         with _Bar(files, "writing data") as bar:
             dataframe.generate(plan.data, log=bar.step)
     if suite == "tpch" and tpch.data.stale(plan.path, plan.scale):
-        with _Bar(len(tpch.data.TABLES) * tpch.data.steps(plan.scale), "writing data") as bar:
+        with _Bar(tpch.data.log_lines(plan.scale), "writing data") as bar:
             tpch.data.generate(plan.path, plan.scale, log=bar.step)
     with _Bar(steps, "running") as bar:
         results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)

@@ -53,6 +53,23 @@ def test_the_data_is_dbgen_s_with_doubles_and_timestamps_and_reused(tables):
     assert lineitem.l_extendedprice.dtype == "float64" and str(lineitem.l_shipdate.dtype).startswith("datetime64")
 
 
+def test_steps_made_side_by_side_hold_the_rows_of_one_step(tables, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "STEP_SCALE", SCALE / 2)  # two steps
+    monkeypatch.setattr(data, "STEP_MEMORY", 1)  # memory for both at once
+    monkeypatch.setattr(data.os, "cpu_count", lambda: 2)
+    lines = []
+    assert data.parallel_steps(data.steps(SCALE)) == 2 and data.log_lines(SCALE) == 2
+    assert data.generate(str(tmp_path), SCALE, lines.append)
+    assert lines == ["wrote every table (step 1 of 2, 2 at once)", "wrote every table (step 2 of 2, 2 at once)"]
+    for table in data.TABLES:
+        assert sorted(os.listdir(tmp_path / table))[0].startswith("000-")
+        stepped = pd.read_parquet(tmp_path / table)
+        whole = pd.read_parquet(os.path.join(tables, table))
+        key = list(whole.columns)
+        pd.testing.assert_frame_equal(stepped.sort_values(key).reset_index(drop=True),
+                                      whole.sort_values(key).reset_index(drop=True))
+
+
 def test_query_11_keeps_the_specification_s_fraction():
     con = data.connect()
     assert "0.001" in data.sql(con, 11, 0.1) and "0.0001000000" in con.execute(
