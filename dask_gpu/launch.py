@@ -62,7 +62,8 @@ class CUDAWorker:
         self.selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
         self.specs = list(worker_specs(self.selected, resolved, name or socket.gethostname()).values())
         if listen_address and len(self.specs) > 1:
-            raise ValueError(f"listen_address names one address, and {len(self.specs)} GPU workers need one each: "
+            raise ValueError(f"Cannot specify listen_address or contact_address when using multiple GPUs: "
+                             f"listen_address names one address, and {len(self.specs)} GPU workers need one each; "
                              "give a host with worker_port ranges, or make one GPU visible")
         self.ports = apportion_ports(worker_port, nanny_port, len(self.specs))
         connection = _connection_args(resolved.extra.get("security") or Security())
@@ -146,11 +147,16 @@ def _check_addresses(listen_address, contact_address, worker_port, options):
     for value, what in [(listen_address, "listen_address"), (contact_address, "contact_address")]:
         if value is not None:
             checks.address(value, what)
+    # dask-cuda's words first, for whoever matches on them; then what to do
     if contact_address and not listen_address:
-        raise ValueError("contact_address needs listen_address (--contact-address needs --listen-address)")
-    if listen_address and (worker_port or options.get("host")):
-        raise ValueError("listen_address already names the host and port: drop host and worker_port "
-                         "(--host, --worker-port)")
+        raise ValueError("Must specify listen_address when contact_address is provided "
+                         "(--contact-address needs --listen-address)")
+    if listen_address and (options.get("host") or options.get("interface")):
+        raise ValueError("Cannot specify listen_address when host or interface is given: listen_address already "
+                         "names the host and port (drop --host and --interface)")
+    if listen_address and worker_port:
+        raise ValueError("Cannot specify worker_port when listen_address is given: listen_address already names "
+                         "the port (drop --worker-port)")
     if options.get("host") and options.get("interface"):
         raise ValueError("give host or interface (--host, --interface), not both")
 
@@ -168,7 +174,7 @@ def _share(spec, n: int, flag: str) -> list:
     ports = checks.port_range(spec, flag)
     if len(ports) < n:
         raise ValueError(
-            f"{flag} {spec!r} gives {len(ports)} port(s) for {n} GPU workers: "
+            f"Not enough ports in {flag} range for {n} GPUs: {spec!r} gives {len(ports)}; "
             f"give a range of at least {n}, e.g. {ports[0]}:{ports[0] + n - 1}"
         )
     return [list(ports[i::n]) for i in range(n)]

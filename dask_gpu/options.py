@@ -191,7 +191,8 @@ def parse_device_memory_limit(value) -> int | float | str:
 
 
 def _size_or_fraction(value, what: str) -> int | float:
-    """A fraction 0 < f <= 1 (a number, "0.5" or "50%") or a whole number of bytes (1e9, "16GB")."""
+    """A fraction 0 < f <= 1 (a float, "0.5" or "50%") or a whole number of bytes (an int, 1e9, "16GB"): as
+    dask-cuda reads them, 1 and "1" are one byte, 1.0 and "1.0" the whole device."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what}={value!r} is not a size (bytes or '16GB') or a fraction between 0 and 1")
     text = value.strip().lower() if isinstance(value, str) else ""
@@ -200,6 +201,8 @@ def _size_or_fraction(value, what: str) -> int | float:
     if text and not _is_number(text):
         return _bytes(text, what)
     exact = value if isinstance(value, int) else _int_text(value)  # bytes beyond 2**53 stay exact
+    if exact is not None and exact >= 0:
+        return exact
     number = exact if exact is not None else _number(value, f"{what}={value!r}")
     if 0 < number <= 1:
         return float(number)
@@ -331,8 +334,8 @@ def parse_pre_import(value, check_installed: bool = True) -> tuple[str, ...]:
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
             raise ValueError(f"pre_import entry {name!r} is not a module name")
         if check_installed and _find_module(name) is None:  # workers share this Python: fail now, not in a worker
-            error = PreImportError(f"pre_import: module {name!r} is not installed (No module named {name!r}): "
-                                   "install it, or drop it from pre_import")
+            error = PreImportError(f"pre_import: ModuleNotFoundError: No module named {name!r}: install it, or drop "
+                                   "it from pre_import")
             error.name = name
             raise error
     return tuple(names)

@@ -150,7 +150,8 @@ class PreImport(WorkerPlugin):
 class RMMSetup(WorkerPlugin):
     """RMM as the worker's allocator (dask-cuda's RMMSetup): dask-gpu's RMM setup, spilling on allocation failure.
 
-    The combination is checked here; sizes (fractions of the device) in the worker, against its own device.
+    The combination is checked here; sizes (fractions of the device) and RMM's presence in the worker, against
+    its own device.
     """
 
     def __init__(self, initial_pool_size, maximum_pool_size, managed_memory, async_alloc, release_threshold,
@@ -159,9 +160,9 @@ class RMMSetup(WorkerPlugin):
         self.managed_memory, self.async_alloc, self.release_threshold = managed_memory, async_alloc, release_threshold
         self.log_directory, self.rmm_track_allocations = log_directory, track_allocations
         self.external_lib_list = external_lib_list
-        self._options(device_memory=2**62)  # any device: errors in the combination now, in the client
+        self._options(device_memory=2**62, installed=False)  # any device: errors in the combination now
 
-    def _options(self, device_memory: int):
+    def _options(self, device_memory: int, installed: bool = True):
         from dask_gpu.memory.allocator import resolve_allocator
 
         return resolve_allocator(
@@ -169,7 +170,7 @@ class RMMSetup(WorkerPlugin):
             rmm_managed_memory=self.managed_memory, rmm_async=self.async_alloc,
             rmm_release_threshold=self.release_threshold, rmm_log_directory=self.log_directory,
             rmm_track_allocations=self.rmm_track_allocations,
-            rmm_allocator_external_lib_list=self.external_lib_list, device_memory=device_memory)
+            rmm_allocator_external_lib_list=self.external_lib_list, device_memory=device_memory, installed=installed)
 
     def setup(self, worker=None):
         from dask_gpu.devices import own_device

@@ -94,6 +94,9 @@ async def reach(address: str, timeout: float, why: str, connection_args: dict) -
         detail = f"{type(cause).__name__}: {cause}" if str(cause) else "no answer"
         raise SchedulerError(f"cannot reach the scheduler at {address} within {timeout:g} s ({why}): "
                              f"{detail}") from None
+    except Exception as e:  # something listens there, and its first bytes are no dask handshake
+        raise SchedulerError(f"something at {address} answers, but not as a dask scheduler ({type(e).__name__}: "
+                             f"{e}): check the address and port") from None
     await comm.close()
 
 

@@ -13,7 +13,6 @@ import logging
 import warnings
 from collections.abc import Mapping
 
-import click
 import dask
 
 logger = logging.getLogger("dask_gpu")
@@ -119,10 +118,3 @@ def make_cuda_context() -> bool:
         return False
     return True
 
-
-@click.command()
-@click.option("--create-cuda-context/--no-create-cuda-context", default=False, help="Make a CUDA context at start.")
-def dask_setup(worker, create_cuda_context):
-    """Preload hook (``--preload dask_gpu.ucx --create-cuda-context``): a CUDA context before the first task."""
-    if create_cuda_context:
-        make_cuda_context()

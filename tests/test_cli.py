@@ -38,7 +38,7 @@ def test_info_with_simulated_devices(simulate):
     "args, match",
     [
         ([], "scheduler's address"),
-        (["tcp://127.0.0.1:1", "--worker-port", "9000"], "1 port.*2 GPU workers"),
+        (["tcp://127.0.0.1:1", "--worker-port", "9000"], "Not enough ports in --worker-port range for 2 GPUs"),
         (["tcp://127.0.0.1:1", "--worker-port", "9001:9000"], "--worker-port"),
         (["tcp://127.0.0.1:1", "--nanny-port", "x"], "--nanny-port 'x'"),
         (["tcp://127.0.0.1:1", "--worker-port", "70000:70003"], "outside 1-65535"),

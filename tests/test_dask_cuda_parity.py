@@ -416,6 +416,35 @@ def test_a_death_timeout_that_expires_exits_with_code_1(tmp_path):
     assert "cannot reach the scheduler at tcp://127.0.0.1:9 within 1 s (--death-timeout)" in done.stderr
 
 
+def test_an_address_that_answers_but_not_as_a_scheduler_is_named_so():
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():  # every connection gets bytes that no dask handshake begins with
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 64)
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        env = {**os.environ, "DASK_GPU__SIMULATE": "1"}
+        done = subprocess.run([sys.executable, "-m", "dask", "gpu", "worker", f"tcp://127.0.0.1:{port}",
+                               "--death-timeout", "5", "--no-dashboard"], env=env, capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        server.close()
+    assert done.returncode == 1
+    assert f"something at tcp://127.0.0.1:{port} answers, but not as a dask scheduler" in done.stderr, done.stderr
+    assert "Nanny" not in done.stderr  # found before any nanny started
+
+
 def test_dask_scheduler_with_dask_gpu_worker_worker_class_and_cudf_spill(scheduler, tmp_path):
     env = {**os.environ, "DASK_GPU__SIMULATE": "2", "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
     with open(tmp_path / "worker.log", "w") as log:
@@ -496,6 +525,7 @@ def test_utils_devices_and_limits():
     assert utils.parse_device_memory_limit("default") == int(0.8 * SIMULATED_MEMORY)
     assert utils.parse_device_memory_limit("auto") == utils.parse_device_memory_limit(1.0) == SIMULATED_MEMORY
     assert utils.parse_device_memory_limit("1GB") == 10**9
+    assert utils.parse_device_memory_limit(1) == utils.parse_device_bytes("1") == 1  # an int is bytes
     assert utils.parse_device_bytes(0.3, alignment_size=256) % 256 == 0
     assert utils.cuda_visible_devices(3, range(8)) == "3,4,5,6,7,0,1,2" and utils.cuda_visible_devices(1) == "1,0"
     assert utils.nvml_device_index(1, "1,2,3,0") == 2 and utils.nvml_device_index(1, [1, 2, 3, 0]) == 2
@@ -529,8 +559,12 @@ def test_worker_spec_is_dask_gpu_s_spec():
     assert spec["gpu-1"]["options"]["env"]["CUDA_VISIBLE_DEVICES"] == "1,0"
     assert spec["gpu-1"]["options"]["nthreads"] == 2
     assert store(spec["gpu-0"])["device_memory_limit"] == 10**9
-    with pytest.raises(ValueError, match="enable_nvlink choose UCX transports: they need protocol='ucx'"):
-        worker_spec(protocol="tcp", enable_nvlink=True)
+    for protocol in ("tcp", None):  # as dask-cuda: a TypeError, and no protocol is not UCX either
+        with pytest.raises(TypeError, match="Enabling InfiniBand or NVLink requires protocol='ucx'"):
+            worker_spec(protocol=protocol, enable_nvlink=True)
+    spec = worker_spec(CUDA_VISIBLE_DEVICES=[0], cls=Nanny, interface=None, dashboard_address=None)
+    assert {k: spec["gpu-0"]["options"][k] for k in ("interface", "protocol", "dashboard_address", "silence_logs")} \
+        == {"interface": None, "protocol": None, "dashboard_address": None, "silence_logs": True}
 
 
 def test_device_host_file_and_device_objects(tmp_path, caplog):
@@ -551,6 +585,16 @@ def test_device_host_file_and_device_objects(tmp_path, caplog):
     assert is_device_object([np.ones(1), standin_device.make(8)]) and not is_device_object(np.ones(1))
     assert not is_spillable_object(standin_device.make(8))
     assert standin_device.total(host_to_device(device_to_host(standin_device.make(8, 3)))) == 24
+
+
+def test_rmm_setup_is_made_where_rmm_is_not_installed(monkeypatch):
+    from dask_gpu.cuda.plugins import RMMSetup
+
+    monkeypatch.setattr(allocator, "find_spec", lambda name, *a: None)  # no RMM in this process: the workers' to have
+    plugin = RMMSetup(None, "2 GB", False, True, None, None, False, None)
+    assert (plugin.maximum_pool_size, plugin.async_alloc) == ("2 GB", True)
+    with pytest.raises(ValueError, match="rmm package is not installed"):
+        plugin._options(device_memory=2**34)  # what its setup checks in a worker
 
 
 def test_plugins_with_dask_cuda_s_signatures(rmm_found):

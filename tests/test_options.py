@@ -36,6 +36,9 @@ def named(value) -> str:
         (2**30, 2**30),
         (1e9, 1_000_000_000),
         ("1e9", 1_000_000_000),
+        (1, 1),  # an int is bytes, as dask-cuda reads it; 1.0 is the whole device
+        ("1", 1),
+        ("1.0", 1.0),
     ],
 )
 def test_parse_device_memory_limit(value, expected):
@@ -233,7 +236,7 @@ def test_parse_pre_import_bad_name(value, bad):
 
 @pytest.mark.parametrize("value", ["dask_gpu_no_such_module", "json.no_such_submodule", "no_such_pkg.sub"])
 def test_parse_pre_import_missing_module(value):
-    with pytest.raises(ValueError, match=rf"module {named(value)} is not installed"):
+    with pytest.raises(ValueError, match=rf"ModuleNotFoundError: No module named {named(value)}"):
         options.parse_pre_import(value)
 
 

@@ -9,4 +9,5 @@ from dask_gpu import __version__
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.launch import CUDAWorker
 
-__all__ = ["CUDAWorker", "LocalCUDACluster", "__version__"]
+__all__ = ["CUDAWorker", "LocalCUDACluster", "__git_commit__", "__version__"]
+__git_commit__ = ""  # dask-cuda's build stamp, empty outside its own builds; dask-gpu's carry none

@@ -11,12 +11,12 @@ from dask_gpu.report import cluster_dict as get_cluster_configuration
 from dask_gpu.report import print_cluster_config
 from dask_gpu.report import worker_dict as get_worker_config
 from dask_gpu.ucx import get_ucx_config
-from dask_gpu.warmup import all_to_all, wait_workers
+from dask_gpu.warmup import _all_to_all, all_to_all, wait_workers
 
 __all__ = [
-    "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity", "get_cpu_count",
-    "get_device_total_memory", "get_gpu_count", "get_gpu_count_mig", "get_gpu_uuid", "get_n_gpus",
-    "get_ucx_config", "get_worker_config", "has_device_memory_resource", "nvml_device_index",
+    "_all_to_all", "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity",
+    "get_cpu_count", "get_device_total_memory", "get_gpu_count", "get_gpu_count_mig", "get_gpu_uuid", "get_n_gpus",
+    "get_gpu_handle", "get_ucx_config", "get_worker_config", "has_device_memory_resource", "nvml_device_index",
     "parse_cuda_visible_device", "parse_device_bytes", "parse_device_memory_limit", "print_cluster_config",
     "unpack_bitmask", "wait_workers",
 ]
@@ -49,6 +49,17 @@ def has_device_memory_resource(device_index=0) -> bool:
 
 def get_gpu_uuid(device_index=0) -> str:
     return devices.find(device_index).uuid
+
+
+def get_gpu_handle(device_id=0):
+    """NVML's handle of a device, named by index or by (MIG) UUID, for code that asks NVML itself."""
+    import pynvml
+
+    device = devices.find(device_id)
+    if device.simulated:
+        raise ValueError(f"device {device_id!r} is simulated (gpu.simulate): NVML has no handle for it")
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
 
 
 def get_cpu_affinity(device_index=None) -> list[int]:
@@ -104,7 +115,6 @@ def _index(token: str):
 
 
 __getattr__ = absent("utils", {
-    "get_gpu_handle": "dask-gpu keeps no NVML handles: dask_gpu.devices.find(index or UUID) describes a device",
     "get_preload_options": "dask-gpu's workers need no preload; --preload dask_gpu.cuda.initialize "
                            "--create-cuda-context makes a CUDA context at start where wanted",
     "get_rmm_log_file_name": "dask-gpu names RMM logs rmm-<host>-<pid>.csv in rmm_log_directory",

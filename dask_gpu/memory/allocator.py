@@ -61,13 +61,14 @@ class AllocatorOptions:
 def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=None, rmm_managed_memory=None,
                       rmm_async=None, rmm_release_threshold=None, rmm_log_directory=None,
                       rmm_track_allocations=None, rmm_allocator_external_lib_list=None, *,
-                      device_memory: int) -> AllocatorOptions:
+                      device_memory: int, installed: bool = True) -> AllocatorOptions:
     """Check the allocator keywords (dask-cuda's ``rmm_*`` names) for a device of ``device_memory`` bytes.
 
     Any ``rmm_*`` keyword implies ``allocator="rmm"``; ``rmm_release_threshold`` also goes with
     ``allocator="async"``. Sizes are bytes, "16GB", or a fraction 0-1 of the device.
     ``rmm_allocator_external_lib_list`` ("cupy,torch" or a list) names the libraries that allocate
-    through RMM; by default every one installed does.
+    through RMM; by default every one installed does. ``installed=False`` leaves out the check that RMM is
+    installed in this process (a client that sends the options to workers that have it).
     """
     if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
         raise ValueError(f"device_memory must be the device's size in bytes, not {device_memory!r}")
@@ -107,7 +108,7 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
             raise ValueError(f"rmm_maximum_pool_size={rmm_maximum_pool_size!r} ({maximum} bytes) is smaller than "
                              f"rmm_pool_size={rmm_pool_size!r} ({pool} bytes)")
     log_directory = _log_directory(rmm_log_directory)
-    if name == "rmm" and find_spec("rmm") is None:  # the values first: a bad one is wrong with RMM too
+    if installed and name == "rmm" and find_spec("rmm") is None:  # the values first: a bad one is wrong with RMM too
         what = ", ".join(f"{k}={v!r}" for k, v in given.items()) or f"allocator={allocator!r}"
         raise ValueError(f"{what} needs RMM, but the rmm package is not installed: pip install rmm-cu12 (or "
                          "rmm-cu13), or use allocator='pool', 'async' or 'managed' (CuPy's own)")
