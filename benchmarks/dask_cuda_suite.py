@@ -23,6 +23,7 @@ import time
 import xml.etree.ElementTree as ET
 import zipfile
 from collections import Counter
+from importlib.util import find_spec
 
 
 def main(argv=None) -> dict:
@@ -30,7 +31,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--version", default="26.10.0", help="dask-cuda's version [26.10.0]")
     parser.add_argument("--wheel", help="dask-cuda's wheel, where pip cannot download it")
     parser.add_argument("--simulate", type=int, default=9, help="simulated GPUs where there is no real one [9]")
-    parser.add_argument("--timeout", type=int, default=120, help="seconds a test may take [120]")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds a test may take, with pytest-timeout [120]")
     parser.add_argument("--out", help="the summary JSON")
     parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest (after --)")
     args = parser.parse_args(argv)
@@ -43,9 +44,10 @@ def main(argv=None) -> dict:
             env["DASK_GPU__SIMULATE"] = str(args.simulate)
         report = os.path.join(work, "report.xml")
         start = time.perf_counter()
+        limit = [f"--timeout={args.timeout}"] if find_spec("pytest_timeout") else []
         subprocess.run([sys.executable, "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
-                        "--continue-on-collection-errors", f"--timeout={args.timeout}", f"--junitxml={report}",
-                        "-o", "junit_family=xunit2", *args.pytest_args], env=env, cwd=work, check=False)
+                        "--continue-on-collection-errors", *limit, f"--junitxml={report}", "-o", "junit_family=xunit2",
+                        *args.pytest_args], env=env, cwd=work, check=False)
         if not os.path.exists(report):
             raise SystemExit("pytest wrote no report: see its output above")
         result = summary(report)
