@@ -579,12 +579,30 @@ def test_device_host_file_and_device_objects(tmp_path, caplog):
         data["a"], data["b"] = standin_device.make(800, 1), standin_device.make(800, 2)  # b pushes a to host
         assert list(data.device) == ["b"] and "a" in data.host
         assert standin_device.total(data["a"]) == 800  # a comes back, b goes
+    assert data.others == {}  # dask-cuda's tier for what it could not spill: none here
     assert [r.getMessage().split(" in ")[0] for r in caplog.records] == [
         "Spilled key 'a' with 800 bytes from device to host", "Unspilled key 'a' with 800 bytes from host to device",
         "Spilled key 'b' with 800 bytes from device to host"]
     assert is_device_object([np.ones(1), standin_device.make(8)]) and not is_device_object(np.ones(1))
     assert not is_spillable_object(standin_device.make(8))
     assert standin_device.total(host_to_device(device_to_host(standin_device.make(8, 3)))) == 24
+
+
+def test_preload_hook_and_its_options(monkeypatch):
+    from dask_gpu.cuda import initialize
+    from dask_gpu.cuda.utils import get_preload_options
+
+    assert get_preload_options() == {"preload": ["dask_gpu.cuda.initialize"], "preload_argv": []}
+    assert get_preload_options("ucx", True, enable_nvlink=True, enable_infiniband=False)["preload_argv"] == [
+        "--create-cuda-context", "--enable-nvlink"]
+    assert get_preload_options("tcp", True, enable_nvlink=True)["preload_argv"] == ["--create-cuda-context"]
+    made, configured = [], []
+    monkeypatch.setattr(initialize, "_create_cuda_context", lambda: made.append(True))  # found by its dask-cuda name
+    monkeypatch.setattr(initialize, "initialize", lambda **kwargs: configured.append(kwargs))
+    initialize.dask_setup.callback(worker=None, create_cuda_context=False)
+    assert made == [] and configured == []
+    initialize.dask_setup.callback(worker=None, create_cuda_context=True, enable_nvlink=True)
+    assert made == [True] and configured[0]["enable_nvlink"] is True and configured[0]["create_cuda_context"] is False
 
 
 def test_rmm_setup_is_made_where_rmm_is_not_installed(monkeypatch):

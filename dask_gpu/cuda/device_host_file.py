@@ -18,5 +18,10 @@ class DeviceHostFile(DeviceHostDiskStore):
                  log_spilling=False):
         super().__init__(device_memory_limit or 0, memory_limit or 0, worker_local_directory, log_spilling)
 
+    @property
+    def others(self) -> dict:
+        """dask-cuda's tier for values it could not spill; every value here is in the device, host or disk tier."""
+        return {}
+
 
 __getattr__ = absent("device_host_file", {"LoggedBuffer": "log_spilling=True logs the store's moves"})

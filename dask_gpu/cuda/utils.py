@@ -16,7 +16,8 @@ from dask_gpu.warmup import _all_to_all, all_to_all, wait_workers
 __all__ = [
     "_all_to_all", "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity",
     "get_cpu_count", "get_device_total_memory", "get_gpu_count", "get_gpu_count_mig", "get_gpu_uuid", "get_n_gpus",
-    "get_gpu_handle", "get_ucx_config", "get_worker_config", "has_device_memory_resource", "nvml_device_index",
+    "get_gpu_handle", "get_preload_options", "get_ucx_config", "get_worker_config", "has_device_memory_resource",
+    "nvml_device_index",
     "parse_cuda_visible_device", "parse_device_bytes", "parse_device_memory_limit", "print_cluster_config",
     "unpack_bitmask", "wait_workers",
 ]
@@ -60,6 +61,18 @@ def get_gpu_handle(device_id=0):
         raise ValueError(f"device {device_id!r} is simulated (gpu.simulate): NVML has no handle for it")
     pynvml.nvmlInit()
     return pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
+
+
+def get_preload_options(protocol=None, create_cuda_context=None, enable_tcp_over_ucx=None, enable_infiniband=None,
+                        enable_nvlink=None, enable_rdmacm=None) -> dict:
+    """``preload`` and ``preload_argv`` for a process that should make a CUDA context as it starts, and, with UCX,
+    use the transports named: the ``dask_gpu.cuda.initialize`` hook."""
+    argv = ["--create-cuda-context"] if create_cuda_context else []
+    if protocol in ("ucx", "ucxx"):
+        named = {"tcp-over-ucx": enable_tcp_over_ucx, "infiniband": enable_infiniband, "rdmacm": enable_rdmacm,
+                 "nvlink": enable_nvlink}
+        argv += [f"--enable-{name}" for name, on in named.items() if on]
+    return {"preload": ["dask_gpu.cuda.initialize"], "preload_argv": argv}
 
 
 def get_cpu_affinity(device_index=None) -> list[int]:
@@ -115,8 +128,6 @@ def _index(token: str):
 
 
 __getattr__ = absent("utils", {
-    "get_preload_options": "dask-gpu's workers need no preload; --preload dask_gpu.cuda.initialize "
-                           "--create-cuda-context makes a CUDA context at start where wanted",
     "get_rmm_log_file_name": "dask-gpu names RMM logs rmm-<host>-<pid>.csv in rmm_log_directory",
     "get_scheduler_configuration": "dask_gpu.report.cluster_dict(client) (get_cluster_configuration here)",
     "get_rmm_device_memory_usage": "dask_gpu.memory_stats(client) reports each worker's device bytes",
