@@ -11,7 +11,7 @@ from importlib.util import find_spec
 
 import click
 
-from dask_gpu import checks, devices, report
+from dask_gpu import devices, parse, report
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
@@ -73,7 +73,7 @@ def _preload_argv(ctx, param, value):
             raise click.NoSuchOption(flag, possibilities=difflib.get_close_matches(flag, flags, n=1), ctx=ctx)
     if ctx.params.get("preload"):
         try:
-            checks.preloads(ctx.params["preload"], "--preload")  # distributed imports them next: a trace if absent
+            parse.preloads(ctx.params["preload"], "--preload")  # distributed imports them next: a trace if absent
         except ValueError as e:
             raise click.UsageError(str(e), ctx) from None
     return validate_preload_argv(ctx, param, value)
@@ -238,7 +238,7 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
     import dask
     from distributed import Client, Security
 
-    from dask_gpu import checks, reach
+    from dask_gpu import parse, reach
 
     scheduler = scheduler or (None if scheduler_file else dask.config.get("scheduler-address", None))
     if not scheduler and not scheduler_file:
@@ -248,7 +248,7 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
         if scheduler_file:
             reach.check_file_can_appear(scheduler_file)
         else:
-            checks.address(scheduler, "scheduler")
+            parse.address(scheduler, "scheduler")
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     try:

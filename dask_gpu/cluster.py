@@ -16,11 +16,11 @@ from distributed.core import Status
 from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import checks, config, devices, keywords
+from dask_gpu import checks, config, devices, keywords, parse
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit, parse_count, parse_saturation
+from dask_gpu.options import KEYWORDS, WorkerOptions
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 from dask_gpu.ucx import implied_protocol
@@ -151,7 +151,7 @@ class LocalCUDACluster(SpecCluster):
     ):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
-        n_cpu = parse_count(config.get("cpu_workers", cpu_workers), "cpu_workers")
+        n_cpu = parse.count(config.get("cpu_workers", cpu_workers), "cpu_workers")
         if n_cpu > (os.cpu_count() or 1):  # each is a process: more than the cores is never what was meant
             raise ValueError(f"cpu_workers={n_cpu} is more than this machine's {os.cpu_count()} CPU cores")
         n_workers = len(self.devices) if n_workers is None else n_workers
@@ -173,8 +173,8 @@ class LocalCUDACluster(SpecCluster):
                                  "processes": kwargs.get("processes"), **cluster_kwargs}, "LocalCUDACluster")
         self.options = WorkerOptions.resolve(
             nthreads=threads_per_worker,
-            memory_limit=keyword_limit(memory_limit),
-            device_memory_limit=keyword_limit(device_memory_limit),
+            memory_limit=parse.keyword_limit(memory_limit),
+            device_memory_limit=parse.keyword_limit(device_memory_limit),
             resources=resources,
             local_directory=local_directory,
             pre_import=pre_import,
@@ -203,7 +203,7 @@ class LocalCUDACluster(SpecCluster):
         keywords.check(self.options.extra, "LocalCUDACluster", _OWN_KEYWORDS, self.options.worker_class)
         checks.worker_keywords(self.options.extra, "LocalCUDACluster")
         if self.options.local_directory:
-            checks.directory(self.options.local_directory)
+            parse.directory(self.options.local_directory)
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
@@ -218,7 +218,7 @@ class LocalCUDACluster(SpecCluster):
         scheduler = {
             "cls": GPUScheduler,
             "options": {
-                "worker_saturation": parse_saturation(config.get("worker_saturation", worker_saturation)),
+                "worker_saturation": parse.saturation(config.get("worker_saturation", worker_saturation)),
                 "host": host,
                 "port": scheduler_port,
                 "interface": interface,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dask_gpu import config
-from dask_gpu.options import parse_size
+from dask_gpu import parse
 
 SIMULATED_MEMORY = 16 * 2**30
 MAX_SIMULATED = 1024  # a sane bound: gpu.simulate=17179869184 (a size meant as a count) must not hang
@@ -162,7 +162,7 @@ def _simulated_sizes(spec) -> list[int]:
 
 def _size(value) -> int:
     try:
-        size = parse_size(value)
+        size = parse.size(value)
     except ValueError:
         raise ValueError(
             f"gpu.simulate entry {value!r} is not a memory size (e.g. '16GB' or 17179869184)"

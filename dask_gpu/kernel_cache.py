@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dask_gpu import checks, config
+from dask_gpu import config, parse
 
 
 def kernel_cache_env() -> dict:
@@ -24,7 +24,7 @@ def kernel_cache_env() -> dict:
         return {}
     if not isinstance(cache, str):
         raise ValueError(f"gpu.kernel-cache must be a directory path or null, not {cache!r}")
-    return {"CUPY_CACHE_DIR": checks.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
+    return {"CUPY_CACHE_DIR": parse.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
 
 
 def cupy_cache_dir(env: dict | None = None) -> str:

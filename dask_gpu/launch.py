@@ -17,9 +17,9 @@ import dask
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
-from dask_gpu import checks, devices, keywords, reach
+from dask_gpu import checks, devices, keywords, parse, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
-from dask_gpu.options import KEYWORDS, WorkerOptions, keyword_limit
+from dask_gpu.options import KEYWORDS, WorkerOptions
 from dask_gpu.spec import worker_specs
 from dask_gpu.warmup import compile_cudf_kernels
 
@@ -47,17 +47,17 @@ class CUDAWorker:
         if scheduler_file is not None:
             reach.check_file_can_appear(scheduler_file)  # else a scheduler address: checked here
         elif scheduler is not None:
-            checks.address(scheduler, "scheduler")
+            parse.address(scheduler, "scheduler")
         _check_addresses(listen_address, contact_address, worker_port, options)
         if dashboard_prefix is not None:
             options["http_prefix"] = dashboard_prefix
-        resolved = WorkerOptions.resolve(memory_limit=keyword_limit(memory_limit), dashboard=dashboard,
-                                         device_memory_limit=keyword_limit(device_memory_limit),
+        resolved = WorkerOptions.resolve(memory_limit=parse.keyword_limit(memory_limit), dashboard=dashboard,
+                                         device_memory_limit=parse.keyword_limit(device_memory_limit),
                                          dashboard_address=dashboard_address, preload=list(preload) or None, **options)
         keywords.check(resolved.extra, "CUDAWorker", _OWN, resolved.worker_class)
         checks.worker_keywords(resolved.extra, "CUDAWorker")
         if resolved.local_directory:
-            checks.directory(resolved.local_directory)
+            parse.directory(resolved.local_directory)
         self.death_timeout = resolved.extra.get("death_timeout")
         self.selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
         self.specs = list(worker_specs(self.selected, resolved, name or socket.gethostname()).values())
@@ -146,7 +146,7 @@ def _connection_args(security: Security) -> dict:
 def _check_addresses(listen_address, contact_address, worker_port, options):
     for value, what in [(listen_address, "listen_address"), (contact_address, "contact_address")]:
         if value is not None:
-            checks.address(value, what)
+            parse.address(value, what)
     # dask-cuda's words first, for whoever matches on them; then what to do
     if contact_address and not listen_address:
         raise ValueError("Must specify listen_address when contact_address is provided "
@@ -171,7 +171,7 @@ def apportion_ports(worker_port, nanny_port, n: int) -> list[dict]:
 def _share(spec, n: int, flag: str) -> list:
     if spec in (None, "", "0", 0):
         return [0] * n  # any free port
-    ports = checks.port_range(spec, flag)
+    ports = parse.port_range(spec, flag)
     if len(ports) < n:
         raise ValueError(
             f"Not enough ports in {flag} range for {n} GPUs: {spec!r} gives {len(ports)}; "

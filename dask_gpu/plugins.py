@@ -139,9 +139,9 @@ class PreImport(WorkerPlugin):
     """Import ``libraries`` ("cudf,rmm" or a list) in the worker before its first task."""
 
     def __init__(self, libraries):
-        from dask_gpu.options import parse_pre_import
+        from dask_gpu.parse import pre_import
 
-        self.libraries = list(parse_pre_import(libraries, check_installed=False))  # the worker's Python decides
+        self.libraries = list(pre_import(libraries, check_installed=False))  # the worker's Python decides
 
     def setup(self, worker=None):
         import_modules(self.libraries, worker)

@@ -18,7 +18,8 @@ from dask_gpu.devices import Device, rotate
 from dask_gpu.kernel_cache import kernel_cache_env
 from dask_gpu.memory.allocator import resolve_allocator
 from dask_gpu.memory.store import DeviceHostDiskStore
-from dask_gpu.options import WorkerOptions, device_memory_bytes, fraction_bytes
+from dask_gpu.options import WorkerOptions
+from dask_gpu.parse import device_memory_bytes, fraction_bytes
 from dask_gpu.plugins import GPUWorker
 
 

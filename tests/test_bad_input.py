@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from dask_gpu import config, devices, options
+from dask_gpu import parse as parsers
 from dask_gpu.cli import gpu
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.launch import apportion_ports
@@ -107,7 +108,7 @@ def outcome(parse, value, *also):
 @example(value="--5", minimum=0).via("found: int() refused what lstrip('-').isdigit() took")
 @example(value="9" * 5000, minimum=0).via("found: int() refuses 4300 digits")
 def test_parse_count(value, minimum):
-    result = outcome(lambda v: options.parse_count(v, "things", minimum), value)
+    result = outcome(lambda v: parsers.count(v, "things", minimum), value)
     if result is not None:
         assert type(result) is int and result >= minimum
         assert result == (value if isinstance(value, int) else int(value.strip()))
@@ -116,15 +117,15 @@ def test_parse_count(value, minimum):
 @FAST
 @given(st.integers(1, 10**30), st.sampled_from(["{}", " {} ", "+{}"]))
 def test_parse_nthreads_round_trip(n, form):
-    assert options.parse_nthreads(n) == n
-    assert options.parse_nthreads(form.format(n)) == n
+    assert parsers.nthreads(n) == n
+    assert parsers.nthreads(form.format(n)) == n
 
 
 @FAST
 @given(anything | number_text)
 @example(10**400).via("found: OverflowError")
 def test_parse_saturation(value):
-    result = outcome(options.parse_saturation, value)
+    result = outcome(parsers.saturation, value)
     if value is None:
         assert result is None
     elif result is not None:
@@ -135,7 +136,7 @@ def test_parse_saturation(value):
 # -- sizes and fractions -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parse", [options.parse_memory_limit, options.parse_device_memory_limit])
+@pytest.mark.parametrize("parse", [parsers.memory_limit, parsers.device_memory_limit])
 @FAST
 @given(value=sizes | size_keywords)
 @example(value="").via("found: 1 byte")
@@ -160,7 +161,7 @@ def test_parse_memory_limits(parse, value):
         assert value.strip().lower() in ("auto", "none")  # "GB" or "" is not a size
 
 
-@pytest.mark.parametrize("parse", [options.parse_memory_limit, options.parse_device_memory_limit])
+@pytest.mark.parametrize("parse", [parsers.memory_limit, parsers.device_memory_limit])
 @FAST
 @given(n=st.integers(0, 10**12), sep=st.sampled_from(["", " "]), unit=st.sampled_from([u for u in byte_sizes if u]))
 def test_sizes_with_units(parse, n, sep, unit):
@@ -168,7 +169,7 @@ def test_sizes_with_units(parse, n, sep, unit):
     assert type(result) is int and result == pytest.approx(n * byte_sizes[unit], rel=1e-15)
 
 
-@pytest.mark.parametrize("parse", [options.parse_memory_limit, options.parse_device_memory_limit])
+@pytest.mark.parametrize("parse", [parsers.memory_limit, parsers.device_memory_limit])
 @FAST
 @given(st.integers(1, 2**62))
 def test_format_bytes_round_trip(parse, n):
@@ -177,7 +178,7 @@ def test_format_bytes_round_trip(parse, n):
     assert parse(n) == (1.0 if n == 1 else n) and parse(str(n)) == parse(n)
 
 
-@pytest.mark.parametrize("parse", [options.parse_memory_limit, options.parse_device_memory_limit])
+@pytest.mark.parametrize("parse", [parsers.memory_limit, parsers.device_memory_limit])
 @FAST
 @given(st.floats(0, 1, exclude_min=True))
 def test_fractions_accepted(parse, f):
@@ -185,7 +186,7 @@ def test_fractions_accepted(parse, f):
     assert parse(f"{f * 100!r}%") == pytest.approx(f)
 
 
-@pytest.mark.parametrize("parse", [options.parse_memory_limit, options.parse_device_memory_limit])
+@pytest.mark.parametrize("parse", [parsers.memory_limit, parsers.device_memory_limit])
 @FAST
 @given(
     st.one_of(
@@ -218,10 +219,10 @@ limits = st.one_of(
 @given(limit=limits, total=st.integers(1, 2**45))
 @example(limit=1e-30, total=1000).via("found: 0, no limit")
 def test_device_memory_bytes(limit, total):
-    parsed = outcome(options.parse_device_memory_limit, limit)
+    parsed = outcome(parsers.device_memory_limit, limit)
     if parsed is None:
         return
-    result = outcome(lambda v: options.device_memory_bytes(v, total), parsed, limit)
+    result = outcome(lambda v: parsers.device_memory_bytes(v, total), parsed, limit)
     if result is not None:
         assert type(result) is int and 0 <= result <= total
         assert (result == 0) == (parsed == 0)  # a positive limit never becomes "no limit"
@@ -248,7 +249,7 @@ resource_text = st.builds(
 @example({"": 1, 2: 3}).via("found: names '' and '2'")
 @example({"A": 10**400}).via("found: OverflowError")
 def test_parse_resources(value):
-    result = outcome(options.parse_resources, value)
+    result = outcome(parsers.resources, value)
     if result is not None:
         assert type(result) is dict
         assert all(type(k) is str and k.strip() for k in result)
@@ -262,14 +263,14 @@ def test_parse_resources(value):
 def test_resources_round_trip(resources, sep):
     text = sep.join(f"{k}={v!r}" for k, v in resources.items())
     expected = {k: float(v) for k, v in resources.items()}
-    assert options.parse_resources(text) == options.parse_resources(resources) == expected
+    assert parsers.resources(text) == parsers.resources(resources) == expected
 
 
 @FAST
 @given(resource_names, amounts, amounts)
 def test_resource_named_twice_refused(name, a, b):
     with pytest.raises(ValueError, match=f"resource {re.escape(repr(name))} is given twice"):
-        options.parse_resources(f"{name}={a} {name}={b}")
+        parsers.resources(f"{name}={a} {name}={b}")
 
 
 # -- modules, protocol, flags, directories -----------------------------------------------
@@ -288,7 +289,7 @@ module_names = st.sampled_from(["json", "xml.dom", "os.path, json", "json xml", 
 @example(True).via("found: TypeError")
 @example({"json": 1}).via("found: ('json',)")
 def test_parse_pre_import(value):
-    result = outcome(options.parse_pre_import, value)
+    result = outcome(parsers.pre_import, value)
     if result is not None:
         assert type(result) is tuple
         assert all(type(name) is str and find_spec(name) is not None for name in result)
@@ -313,7 +314,7 @@ def test_protocol_round_trip(protocol, upper, suffix):
 @FAST
 @given(anything)
 def test_parse_flag(value):
-    result = outcome(lambda v: options.parse_flag(v, "cpu_affinity"), value)
+    result = outcome(lambda v: parsers.flag(v, "cpu_affinity"), value)
     assert result is value if isinstance(value, bool) else result is None  # "no" is not True
 
 
@@ -340,7 +341,7 @@ def test_parse_ucx(protocol, transports):
 @FAST
 @given(anything)
 def test_parse_local_directory(value):
-    result = outcome(options.parse_local_directory, value)
+    result = outcome(parsers.local_directory, value)
     assert result is None or (type(result) is str and result == value and value.strip())
 
 
@@ -520,12 +521,12 @@ ACCEPTABLE = {  # what an option with no library parser may be, where the comman
     "local-directory": str.strip,
 }
 LIBRARY_PARSERS = {
-    "memory-limit": options.parse_memory_limit,
-    "device-memory-limit": options.parse_device_memory_limit,
-    "resources": options.parse_resources,
+    "memory-limit": parsers.memory_limit,
+    "device-memory-limit": parsers.device_memory_limit,
+    "resources": parsers.resources,
     "cuda-visible-devices": lambda v: devices.select(devices.simulated_system(2), v),
     "protocol": options.parse_protocol,
-    "pre-import": options.parse_pre_import,
+    "pre-import": parsers.pre_import,
 }
 
 

@@ -24,11 +24,11 @@ import pytest
 from click.testing import CliRunner
 from distributed import SpecCluster
 
-from dask_gpu import checks, devices, options
+from dask_gpu import devices, options, parse
 from dask_gpu.cli import gpu
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.keywords import parse_worker_class
-from dask_gpu.checks import port_range
+from dask_gpu.parse import port_range
 from dask_gpu.launch import CUDAWorker, apportion_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -160,21 +160,21 @@ WORKER_API = [
 # -- parsers and checks, called directly: (function, arguments, line) --------------------------------------
 
 PARSERS = [
-    (options.parse_memory_limit, ("GB",), r"'gb' is not a size"),
-    (options.parse_size, ("1 2GB",), r"'1 2GB' is not a size"),
-    (options.parse_resources, ("A=1 A=2",), r"resource 'A' is given twice"),
-    (options.parse_pre_import, (5,), r"pre_import must be module names .* not 5"),
+    (parse.memory_limit, ("GB",), r"'gb' is not a size"),
+    (parse.size, ("1 2GB",), r"'1 2GB' is not a size"),
+    (parse.resources, ("A=1 A=2",), r"resource 'A' is given twice"),
+    (parse.pre_import, (5,), r"pre_import must be module names .* not 5"),
     (options.parse_protocol, ("sctp",), r"protocol 'sctp' is not one of"),
-    (options.parse_saturation, (0,), r"worker_saturation must be a number > 0"),
-    (options.parse_count, ("x", "things"), r"things must be a whole number >= 0, not 'x'"),
+    (parse.saturation, (0,), r"worker_saturation must be a number > 0"),
+    (parse.count, ("x", "things"), r"things must be a whole number >= 0, not 'x'"),
     (apportion_ports, ("9000:99999", None, 1), r"port 99999 is outside 1-65535"),
     (port_range, ("9010:9000", "--nanny-port"), r"a range's last port must be above its first"),
     (devices.simulated_system, ("x",), r"gpu.simulate entry 'x' is not a memory size"),
     (devices.parse_visible_devices, (1.0,), r"CUDA_VISIBLE_DEVICES must be .* not 1.0"),
     (parse_worker_class, ("os.path",), r"worker_class must be a subclass of distributed.Worker"),
-    (checks.seconds, ("1 fortnight", "death_timeout"), r"death_timeout='1 fortnight' is not a duration"),
-    (checks.address, ("tcp://[::1", "scheduler"), r"scheduler='tcp://\[::1'"),
-    (checks.dashboard_address, (":99999",), r"dashboard_address=':99999' is not a dashboard address"),
+    (parse.seconds, ("1 fortnight", "death_timeout"), r"death_timeout='1 fortnight' is not a duration"),
+    (parse.address, ("tcp://[::1", "scheduler"), r"scheduler='tcp://\[::1'"),
+    (parse.dashboard_address, (":99999",), r"dashboard_address=':99999' is not a dashboard address"),
 ]
 
 # -- the command line, in this process: (arguments, the one "Error:" line) ---------------------------------

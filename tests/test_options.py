@@ -1,10 +1,11 @@
 import dataclasses
+import importlib.util
 import re
 
 import dask
 import pytest
 
-from dask_gpu import options
+from dask_gpu import options, parse
 from dask_gpu.options import WorkerOptions
 
 
@@ -42,7 +43,7 @@ def named(value) -> str:
     ],
 )
 def test_parse_device_memory_limit(value, expected):
-    result = options.parse_device_memory_limit(value)
+    result = parse.device_memory_limit(value)
     assert result == expected
     assert type(result) is type(expected)
 
@@ -68,13 +69,13 @@ def test_parse_device_memory_limit(value, expected):
 )
 def test_parse_device_memory_limit_bad(value, pattern):
     with pytest.raises(ValueError, match=pattern):
-        options.parse_device_memory_limit(value)
+        parse.device_memory_limit(value)
 
 
 @pytest.mark.parametrize("value", ["200%", "300%"])
 def test_parse_device_memory_limit_percent_over_100(value):
     with pytest.raises(ValueError, match=re.escape(value)):
-        options.parse_device_memory_limit(value)
+        parse.device_memory_limit(value)
 
 
 @pytest.mark.parametrize(
@@ -90,20 +91,20 @@ def test_parse_device_memory_limit_percent_over_100(value):
     ],
 )
 def test_device_memory_bytes(limit, total, expected):
-    result = options.device_memory_bytes(limit, total)
+    result = parse.device_memory_bytes(limit, total)
     assert result == expected
     assert type(result) is int
 
 
 def test_device_memory_bytes_auto_fraction():
-    assert options.device_memory_bytes("auto", 1000, auto=0.5) == 500
+    assert parse.device_memory_bytes("auto", 1000, auto=0.5) == 500
 
 
 @pytest.mark.parametrize("limit, total", [(1001, 1000), (32_000_000_000, 16 * 2**30)])
 def test_device_memory_bytes_larger_than_device(limit, total):
     too_large = rf"device_memory_limit={limit} bytes is larger than the device \({total} bytes\)"
     with pytest.raises(ValueError, match=too_large):
-        options.device_memory_bytes(limit, total)
+        parse.device_memory_bytes(limit, total)
 
 
 # -- host memory limit -----------------------------------------------------------------
@@ -124,7 +125,7 @@ def test_device_memory_bytes_larger_than_device(limit, total):
     ],
 )
 def test_parse_memory_limit(value, expected):
-    assert options.parse_memory_limit(value) == expected
+    assert parse.memory_limit(value) == expected
 
 
 @pytest.mark.parametrize(
@@ -138,12 +139,12 @@ def test_parse_memory_limit(value, expected):
 )
 def test_parse_memory_limit_bad(value, pattern):
     with pytest.raises(ValueError, match=pattern):
-        options.parse_memory_limit(value)
+        parse.memory_limit(value)
 
 
 @pytest.mark.parametrize("value", [0.5, "0.5"])
 def test_parse_memory_limit_fraction_is_not_unlimited(value):
-    assert options.parse_memory_limit(value) == 0.5
+    assert parse.memory_limit(value) == 0.5
 
 
 # -- resources, threads, pre-import, protocol ---------------------------------------------
@@ -165,7 +166,7 @@ def test_parse_memory_limit_fraction_is_not_unlimited(value):
     ],
 )
 def test_parse_resources(value, expected):
-    result = options.parse_resources(value)
+    result = parse.resources(value)
     assert result == expected
     assert all(type(v) is float for v in result.values())
 
@@ -188,18 +189,18 @@ def test_parse_resources(value, expected):
 )
 def test_parse_resources_bad(value, pattern):
     with pytest.raises(ValueError, match=pattern):
-        options.parse_resources(value)
+        parse.resources(value)
 
 
 @pytest.mark.parametrize("value, expected", [(1, 1), (8, 8), ("2", 2), (" 3 ", 3)])
 def test_parse_nthreads(value, expected):
-    assert options.parse_nthreads(value) == expected
+    assert parse.nthreads(value) == expected
 
 
 @pytest.mark.parametrize("value", [0, "0", -1, "-1", "x", "", 1.5, 2.0, True, False, None, [1]])
 def test_parse_nthreads_bad(value):
     with pytest.raises(ValueError, match=rf"threads per worker .*not {named(value)}"):
-        options.parse_nthreads(value)
+        parse.nthreads(value)
 
 
 @pytest.mark.parametrize(
@@ -216,7 +217,7 @@ def test_parse_nthreads_bad(value):
     ],
 )
 def test_parse_pre_import(value, expected):
-    assert options.parse_pre_import(value) == expected
+    assert parse.pre_import(value) == expected
 
 
 @pytest.mark.parametrize(
@@ -231,13 +232,13 @@ def test_parse_pre_import(value, expected):
 )
 def test_parse_pre_import_bad_name(value, bad):
     with pytest.raises(ValueError, match=rf"pre_import entry {named(bad)} is not a module name"):
-        options.parse_pre_import(value)
+        parse.pre_import(value)
 
 
 @pytest.mark.parametrize("value", ["dask_gpu_no_such_module", "json.no_such_submodule", "no_such_pkg.sub"])
 def test_parse_pre_import_missing_module(value):
     with pytest.raises(ValueError, match=rf"ModuleNotFoundError: No module named {named(value)}"):
-        options.parse_pre_import(value)
+        parse.pre_import(value)
 
 
 @pytest.mark.parametrize(
@@ -256,14 +257,14 @@ def test_parse_protocol_bad(value):
 
 @pytest.mark.parametrize("value", ["ucx", "UCXX://"])
 def test_ucx_without_distributed_ucxx_warns_and_runs_over_tcp(value, monkeypatch):
-    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.warns(UserWarning, match="needs the distributed-ucxx package .* running over TCP instead"):
         opts = WorkerOptions.resolve(protocol=value, enable_nvlink=True)
     assert opts.protocol == "tcp" and dict(opts.ucx) == {}  # no UCX settings for workers that run over TCP
 
 
 def test_ucx_transports_become_distributed_ucxx_config(monkeypatch):
-    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     opts = WorkerOptions.resolve(protocol="ucx", enable_nvlink=True, enable_infiniband=False, enable_tcp_over_ucx=True)
     assert opts.protocol == "ucx"
     assert dict(opts.ucx) == {"nvlink": True, "infiniband": False, "tcp": True, "cuda-copy": True}

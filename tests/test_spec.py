@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import pickle
 import sys
@@ -7,7 +8,7 @@ import distributed
 import pytest
 from distributed.system import MEMORY_LIMIT
 
-from dask_gpu import devices, options, spec
+from dask_gpu import devices, spec
 from dask_gpu.devices import SIMULATED_MEMORY
 from dask_gpu.options import WorkerOptions
 from dask_gpu.plugins import GPUWorker, pin_threads
@@ -356,7 +357,7 @@ def test_pin_threads_ok(restore_affinity):
 
 
 def test_ucx_transports_reach_each_worker_process(selected, monkeypatch):
-    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: object())  # as if distributed-ucxx
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())  # as if distributed-ucxx
     nanny = build(selected, protocol="ucx", enable_nvlink=True, enable_infiniband=False)["options"]
     assert nanny["protocol"] == "ucx"
     assert nanny["config"]["distributed-ucxx"] == {"nvlink": True, "infiniband": False, "cuda-copy": True}

@@ -441,9 +441,9 @@ def optimize(dsk, keys, **kwargs):
     import dask
     from dask.array.optimization import optimize as dask_optimize
 
-    from dask_gpu.options import parse_flag
+    from dask_gpu.parse import flag
 
-    if not parse_flag(dask.config.get("gpu.array-optimize", True), "gpu.array-optimize") or not _worth_a_look(dsk):
+    if not flag(dask.config.get("gpu.array-optimize", True), "gpu.array-optimize") or not _worth_a_look(dsk):
         return dask_optimize(dsk, keys, **kwargs)  # nothing from CuPy and no draw: dask's graph as it is
     with collector_paused():
         with dask.config.set({"optimization.fuse.active": False}):

@@ -5,7 +5,7 @@ options (sizes and limits), ucx, report and warmup modules. Devices are named as
 import os
 from multiprocessing import cpu_count as get_cpu_count
 
-from dask_gpu import config, devices, options
+from dask_gpu import config, devices, parse
 from dask_gpu.cuda._absent import absent
 from dask_gpu.report import cluster_dict as get_cluster_configuration
 from dask_gpu.report import print_cluster_config
@@ -109,17 +109,17 @@ def parse_device_memory_limit(device_memory_limit, device_index=0, alignment_siz
 
     "default" is the gpu.device-memory-limit configuration (0.8), "auto" the whole device, None or 0 no limit.
     """
-    value = config.get("device_memory_limit", options.keyword_limit(device_memory_limit))
-    return _device_bytes(options.parse_device_memory_limit(value), device_index, alignment_size)
+    value = config.get("device_memory_limit", parse.keyword_limit(device_memory_limit))
+    return _device_bytes(parse.device_memory_limit(value), device_index, alignment_size)
 
 
 def parse_device_bytes(device_bytes, device_index=0, alignment_size=1):
     """Bytes, "16GB" or a fraction of that device, in bytes; None for None or 0."""
-    return _device_bytes(options.parse_device_memory_limit(device_bytes), device_index, alignment_size)
+    return _device_bytes(parse.device_memory_limit(device_bytes), device_index, alignment_size)
 
 
 def _device_bytes(limit, device_index, alignment_size):
-    size = options.device_memory_bytes(limit, devices.find(device_index).memory_total)
+    size = parse.device_memory_bytes(limit, devices.find(device_index).memory_total)
     return size // alignment_size * alignment_size or None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from dask_gpu import config
-from dask_gpu.options import _size_or_fraction
+from dask_gpu.parse import size_or_fraction
 
 
 def partition_count(stored_bytes: int, pieces: int, device_memory: int, gpus: int, size=None) -> int:
@@ -29,7 +29,7 @@ def partition_bytes(device_memory: int, size=None) -> int:
 
 def partition_size(size=None) -> int | float:
     """``size`` or ``gpu.partition-size``, checked: bytes, or a fraction of the device."""
-    value = _size_or_fraction(config.get("partition_size", size), "gpu.partition-size")
+    value = size_or_fraction(config.get("partition_size", size), "gpu.partition-size")
     if not value:
         raise ValueError(f"gpu.partition-size must be more than 0 (bytes, or a fraction of the GPU), not {value!r}")
     return value

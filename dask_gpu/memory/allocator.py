@@ -20,7 +20,7 @@ from importlib.util import find_spec
 
 from dask.utils import format_bytes
 
-from dask_gpu.options import _size_or_fraction, parse_flag
+from dask_gpu.parse import flag, size_or_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -140,13 +140,13 @@ def _allocator_name(value) -> str | None:
 
 
 def _flag(value, what: str) -> bool:
-    return False if value is None else parse_flag(value, what)
+    return False if value is None else flag(value, what)
 
 
 def _size(value, what: str, device_memory: int, bounded: bool = True) -> int | None:
     if value is None:
         return None
-    size = _size_or_fraction(value, what)
+    size = size_or_fraction(value, what)
     if isinstance(size, float):  # a fraction of the device
         size = int(size * device_memory)
     if bounded and size > device_memory:
