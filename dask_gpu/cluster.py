@@ -4,32 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import logging
-import os
 from importlib.util import find_spec
 
 import dask
 from distributed import Scheduler, SpecCluster
 from distributed.comm.addressing import unparse_host_port
 from distributed.core import Status
-from distributed.security import Security
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import checks, config, devices, keywords, parse
+from dask_gpu import devices
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.options import KEYWORDS, WorkerOptions
+from dask_gpu.options import ClusterOptions
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
-from dask_gpu.ucx import implied_protocol
 from dask_gpu.warmup import compile_cudf_kernels
 
 logger = logging.getLogger("dask_gpu")
-
-_CLUSTER_KEYWORDS = set(inspect.signature(SpecCluster.__init__).parameters) - {"self", "workers", "scheduler", "worker"}
-
 
 class GPUScheduler(Scheduler):
     """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here,
@@ -149,101 +142,51 @@ class LocalCUDACluster(SpecCluster):
         worker_class=None,
         **kwargs,
     ):
+        # every keyword as given (super() puts __class__ among the locals), resolved in one place
+        given = {k: v for k, v in locals().items()
+                 if k not in ("self", "kwargs", "CUDA_VISIBLE_DEVICES", "n_workers", "__class__")}
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
-        n_cpu = parse.count(config.get("cpu_workers", cpu_workers), "cpu_workers")
-        if n_cpu > (os.cpu_count() or 1):  # each is a process: more than the cores is never what was meant
-            raise ValueError(f"cpu_workers={n_cpu} is more than this machine's {os.cpu_count()} CPU cores")
+        options = self.cluster_options = ClusterOptions.resolve(**given, **kwargs)
         n_workers = len(self.devices) if n_workers is None else n_workers
-        self._check_count(n_workers, minimum=0 if n_cpu else 1)  # as dask-cuda: at least one worker
-
-        security = Security.temporary() if security is True else security or Security()
-        if not isinstance(security, Security):
-            raise TypeError(f"security must be a distributed.Security or True, not {type(security).__name__}")
-        transports = dict(enable_tcp_over_ucx=enable_tcp_over_ucx, enable_infiniband=enable_infiniband,
-                          enable_nvlink=enable_nvlink, enable_rdmacm=enable_rdmacm)
-        protocol = implied_protocol(protocol, transports) or ("tls" if security.require_encryption else None)
-        if host is None and not interface:
-            host = "127.0.0.1"  # nobody else can join unless asked
-
-        cluster_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CLUSTER_KEYWORDS}
-        checks.cluster_keywords({"host": host, "interface": interface, "scheduler_port": scheduler_port,
-                                 "dashboard_address": config.get("dashboard_address", dashboard_address),
-                                 "silence_logs": silence_logs, "scheduler_kwargs": scheduler_kwargs,
-                                 "processes": kwargs.get("processes"), **cluster_kwargs}, "LocalCUDACluster")
-        self.options = WorkerOptions.resolve(
-            nthreads=threads_per_worker,
-            memory_limit=parse.keyword_limit(memory_limit),
-            device_memory_limit=parse.keyword_limit(device_memory_limit),
-            resources=resources,
-            local_directory=local_directory,
-            pre_import=pre_import,
-            protocol=protocol,
-            cpu_affinity=cpu_affinity,
-            host=host,
-            interface=interface,
-            security=security,
-            silence_logs=silence_logs,
-            allocator=allocator,
-            rmm_pool_size=rmm_pool_size,
-            rmm_maximum_pool_size=rmm_maximum_pool_size,
-            rmm_managed_memory=rmm_managed_memory,
-            rmm_async=rmm_async,
-            rmm_allocator_external_lib_list=rmm_allocator_external_lib_list,
-            rmm_release_threshold=rmm_release_threshold,
-            rmm_log_directory=rmm_log_directory,
-            rmm_track_allocations=rmm_track_allocations,
-            enable_cudf_spill=enable_cudf_spill,
-            cudf_spill_stats=cudf_spill_stats,
-            log_spilling=log_spilling,
-            worker_class=worker_class,
-            **transports,
-            **local_cluster_keywords(kwargs),
-        )
-        keywords.check(self.options.extra, "LocalCUDACluster", _OWN_KEYWORDS, self.options.worker_class)
-        checks.worker_keywords(self.options.extra, "LocalCUDACluster")
-        if self.options.local_directory:
-            parse.directory(self.options.local_directory)
+        self._check_count(n_workers, minimum=0 if options.cpu_workers else 1)  # as dask-cuda: at least one worker
+        self.options = options.workers
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
         if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
             dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
-        self._n_total = len(self.devices) + n_cpu  # host memory is split across all possible workers
+        self._n_total = len(self.devices) + options.cpu_workers  # host memory is split across all possible workers
         self._compile, self._compile_for = None, self.devices if n_workers else []
         self._gpu_names = {d.label for _, d in self.devices}
+        self._dashboard = bool(options.dashboard_address) and find_spec("bokeh") is not None
+        cpu_threads = cpu_worker_threads(len(self.devices), self.options, options.cpu_workers)
+        workers = {f"cpu-{i}": cpu_worker_spec(i, self.options, self._n_total, cpu_threads)
+                   for i in range(options.cpu_workers)}
+        for position in range(n_workers):
+            workers[self.devices[position][1].label] = self._spec(position)
+        super().__init__(workers=workers, scheduler=self._scheduler_spec(options), worker=self._spec(0),
+                         security=options.security, silence_logs=options.silence_logs, **options.spec_cluster)
 
-        dashboard = config.get("dashboard_address", dashboard_address)
-        self._dashboard = bool(dashboard) and find_spec("bokeh") is not None
-        scheduler = {
+    def _scheduler_spec(self, options: ClusterOptions) -> dict:
+        dashboard, host = options.dashboard_address, options.host
+        return {
             "cls": GPUScheduler,
             "options": {
-                "worker_saturation": parse.saturation(config.get("worker_saturation", worker_saturation)),
+                "worker_saturation": options.worker_saturation,
                 "host": host,
-                "port": scheduler_port,
-                "interface": interface,
-                "protocol": self.options.protocol,
-                "security": security,
+                "port": options.scheduler_port,
+                "interface": options.interface,
+                "protocol": options.workers.protocol,
+                "security": options.security,
                 # The HTTP server binds now; the dashboard's pages attach once bokeh is
                 # imported (~1 s), in the background while the workers start.
                 "dashboard": None if dashboard and not self._dashboard else False,  # None: "install bokeh" page
                 # off: a free port on the scheduler's host for its HTTP routes (not 8787, not every interface)
                 "dashboard_address": on_host(dashboard, host) if dashboard else f"{host or ''}:0",
-                **(scheduler_kwargs or {}),
+                **options.scheduler_kwargs,
             },
         }
-        cpu_threads = cpu_worker_threads(len(self.devices), self.options, n_cpu)
-        workers = {f"cpu-{i}": cpu_worker_spec(i, self.options, self._n_total, cpu_threads) for i in range(n_cpu)}
-        for position in range(n_workers):
-            workers[self.devices[position][1].label] = self._spec(position)
-        super().__init__(
-            workers=workers,
-            scheduler=scheduler,
-            worker=self._spec(0),
-            security=security,
-            silence_logs=silence_logs,
-            **cluster_kwargs,
-        )
 
     async def _start(self):
         self._compile = compile_cudf_kernels(self._compile_for)  # beside the workers' start
@@ -300,30 +243,6 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
-
-
-_OWN_KEYWORDS = ((set(inspect.signature(LocalCUDACluster).parameters) - {"kwargs"}) | _CLUSTER_KEYWORDS | KEYWORDS
-                 | {"processes", "worker_dashboard_address"})
-
-
-def local_cluster_keywords(kwargs: dict) -> dict:
-    """The worker keywords, with LocalCluster's own (that a LocalCluster user may pass) in dask-gpu's terms.
-
-    ``processes=True`` is what dask-gpu does anyway; ``processes=False`` cannot give each worker its
-    own GPU. ``worker_dashboard_address`` serves each worker's dashboard there.
-    """
-    worker = dict(kwargs)
-    if "nthreads" in worker:  # WorkerOptions' own name for it, which would be given twice
-        raise TypeError("LocalCUDACluster: 'nthreads' is the name dask gpu worker and CUDAWorker use; "
-                        "LocalCUDACluster takes threads_per_worker=, as dask-cuda's and LocalCluster do")
-    if not worker.pop("processes", True):
-        raise ValueError("processes=False: each GPU worker needs a process of its own (its CUDA_VISIBLE_DEVICES); "
-                         "drop processes=, or use distributed.LocalCluster for threads in one process")
-    dashboard = worker.pop("worker_dashboard_address", None)
-    worker.setdefault("dashboard", dashboard is not None)
-    if dashboard is not None:
-        worker["dashboard_address"] = dashboard
-    return worker
 
 
 def on_host(address, host: str | None):

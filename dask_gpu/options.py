@@ -1,23 +1,27 @@
-"""Worker options: one frozen dataclass, resolved defaults < dask config < keywords/CLI.
+"""Worker and cluster options: frozen dataclasses, each resolved once, defaults < dask config < keywords/CLI.
 
 Every value is parsed and checked here, once, by :mod:`dask_gpu.parse`, with errors that name the bad value;
-the spec builder, the cluster and the CLI only read the result.
+the spec builder, the cluster, CUDAWorker and the CLI only read the result.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import logging
+import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import dask
+from distributed import SpecCluster
+from distributed.security import Security
 
-from dask_gpu import config, parse
+from dask_gpu import checks, config, keywords, parse
 from dask_gpu.keywords import parse_worker_class
-from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, parse_protocol, parse_ucx, usable_protocol
+from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, implied_protocol, parse_protocol, parse_ucx, usable_protocol
 
 ALLOCATOR_KEYS = (
     "allocator",
@@ -105,6 +109,91 @@ class WorkerOptions:
 # Every keyword WorkerOptions.resolve reads itself; the others go to each Nanny and Worker.
 KEYWORDS = frozenset(
     {*inspect.signature(WorkerOptions.resolve).parameters, *ALLOCATOR_KEYS, *UCX_TRANSPORTS} - {"cls", "extra"})
+
+
+# SpecCluster's own keywords (name, shutdown_on_close, ...), which a cluster takes beside its workers'
+SPEC_CLUSTER_KEYWORDS = frozenset(inspect.signature(SpecCluster.__init__).parameters) - {
+    "self", "workers", "scheduler", "worker"}
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """A LocalCUDACluster's options: its scheduler's, SpecCluster's, and each worker's (``workers``)."""
+
+    workers: WorkerOptions
+    cpu_workers: int = 0
+    host: str | None = "127.0.0.1"  # nobody else can join unless asked
+    interface: str | None = None
+    scheduler_port: int = 0
+    dashboard_address: str | bool | None = None
+    security: Security = field(default_factory=Security)
+    silence_logs: object = logging.WARN
+    scheduler_kwargs: Mapping[str, object] = field(default_factory=dict)
+    worker_saturation: float | None = None
+    spec_cluster: Mapping[str, object] = field(default_factory=dict)  # SpecCluster's own keywords
+
+    @classmethod
+    def resolve(cls, cpu_workers=None, host=None, interface=None, scheduler_port=0, dashboard_address=None,
+                security=None, silence_logs=logging.WARN, scheduler_kwargs=None, worker_saturation=None,
+                threads_per_worker=None, memory_limit="default", device_memory_limit="default", protocol=None,
+                **worker) -> ClusterOptions:
+        """LocalCUDACluster's keywords (but its devices), each left as None from the ``gpu.*`` configuration;
+        the memory limits as dask-cuda reads them ("default": the configuration; None, 0, False: no limit)."""
+        n_cpu = parse.count(config.get("cpu_workers", cpu_workers), "cpu_workers")
+        if n_cpu > (os.cpu_count() or 1):  # each is a process: more than the cores is never what was meant
+            raise ValueError(f"cpu_workers={n_cpu} is more than this machine's {os.cpu_count()} CPU cores")
+        security = Security.temporary() if security is True else security or Security()
+        if not isinstance(security, Security):
+            raise TypeError(f"security must be a distributed.Security or True, not {type(security).__name__}")
+        transports = {k: worker.get(k) for k in UCX_TRANSPORTS}
+        protocol = implied_protocol(protocol, transports) or ("tls" if security.require_encryption else None)
+        if host is None and not interface:
+            host = "127.0.0.1"
+        spec_cluster = {k: worker.pop(k) for k in list(worker) if k in SPEC_CLUSTER_KEYWORDS}
+        dashboard_address = config.get("dashboard_address", dashboard_address)
+        checks.cluster_keywords({"host": host, "interface": interface, "scheduler_port": scheduler_port,
+                                 "dashboard_address": dashboard_address, "silence_logs": silence_logs,
+                                 "scheduler_kwargs": scheduler_kwargs, "processes": worker.get("processes"),
+                                 **spec_cluster}, "LocalCUDACluster")
+        workers = WorkerOptions.resolve(
+            nthreads=threads_per_worker, memory_limit=parse.keyword_limit(memory_limit),
+            device_memory_limit=parse.keyword_limit(device_memory_limit), protocol=protocol, host=host,
+            interface=interface, security=security, silence_logs=silence_logs, **local_cluster_keywords(worker))
+        keywords.check(workers.extra, "LocalCUDACluster", CLUSTER_KEYWORDS, workers.worker_class)
+        checks.worker_keywords(workers.extra, "LocalCUDACluster")
+        if workers.local_directory:
+            parse.directory(workers.local_directory)
+        return cls(workers=workers, cpu_workers=n_cpu, host=host, interface=interface, scheduler_port=scheduler_port,
+                   dashboard_address=dashboard_address, security=security, silence_logs=silence_logs,
+                   scheduler_kwargs=MappingProxyType(dict(scheduler_kwargs or {})),
+                   worker_saturation=parse.saturation(config.get("worker_saturation", worker_saturation)),
+                   spec_cluster=MappingProxyType(spec_cluster))
+
+
+# Every keyword a LocalCUDACluster reads itself (its devices and worker count besides); others go to the workers
+CLUSTER_KEYWORDS = frozenset({*inspect.signature(ClusterOptions.resolve).parameters, *KEYWORDS, *SPEC_CLUSTER_KEYWORDS,
+                              "CUDA_VISIBLE_DEVICES", "n_workers", "processes", "worker_dashboard_address"}
+                             - {"cls", "worker"})
+
+
+def local_cluster_keywords(kwargs: dict) -> dict:
+    """The worker keywords, with LocalCluster's own (that a LocalCluster user may pass) in dask-gpu's terms.
+
+    ``processes=True`` is what dask-gpu does anyway; ``processes=False`` cannot give each worker its
+    own GPU. ``worker_dashboard_address`` serves each worker's dashboard there.
+    """
+    worker = dict(kwargs)
+    if "nthreads" in worker:  # WorkerOptions' own name for it, which would be given twice
+        raise TypeError("LocalCUDACluster: 'nthreads' is the name dask gpu worker and CUDAWorker use; "
+                        "LocalCUDACluster takes threads_per_worker=, as dask-cuda's and LocalCluster do")
+    if not worker.pop("processes", True):
+        raise ValueError("processes=False: each GPU worker needs a process of its own (its CUDA_VISIBLE_DEVICES); "
+                         "drop processes=, or use distributed.LocalCluster for threads in one process")
+    dashboard = worker.pop("worker_dashboard_address", None)
+    worker.setdefault("dashboard", dashboard is not None)
+    if dashboard is not None:
+        worker["dashboard_address"] = dashboard
+    return worker
 
 
 def check_allocator_keywords(allocator: Mapping, ucx: Mapping) -> None:

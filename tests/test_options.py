@@ -418,3 +418,23 @@ def test_worker_options_mappings_read_only(field):
     with pytest.raises(TypeError):
         getattr(opts, field)["new"] = 1
     assert "new" not in getattr(opts, field)
+
+
+def test_cluster_options_are_resolved_once_from_keywords_and_configuration():
+    with dask.config.set({"gpu.cpu-workers": 1, "gpu.dashboard-address": ":8799", "gpu.worker-saturation": "inf"}):
+        resolved = options.ClusterOptions.resolve(threads_per_worker=2, memory_limit=None, name="mine",
+                                                   shutdown_on_close=False, death_timeout="30s")
+    assert (resolved.cpu_workers, resolved.host, resolved.dashboard_address) == (1, "127.0.0.1", ":8799")
+    assert resolved.worker_saturation == float("inf") and resolved.security.require_encryption is False
+    assert dict(resolved.spec_cluster) == {"name": "mine", "shutdown_on_close": False}  # SpecCluster's own
+    workers = resolved.workers
+    assert (workers.nthreads, workers.memory_limit) == (2, 0)  # None: no limit, as dask-cuda reads it
+    assert workers.extra["death_timeout"] == "30s" and workers.extra["host"] == "127.0.0.1"
+    assert options.ClusterOptions.resolve(security=True).workers.protocol == "tls"  # temporary credentials
+    assert options.ClusterOptions.resolve(interface="lo").host is None
+    with pytest.raises(TypeError, match="unknown keyword 'no_such_keyword'"):
+        options.ClusterOptions.resolve(no_such_keyword=1)
+    with pytest.raises(ValueError, match="cpu_workers=100000 is more than"):
+        options.ClusterOptions.resolve(cpu_workers=100000)
+    with pytest.raises(TypeError, match="security must be a distributed.Security or True"):
+        options.ClusterOptions.resolve(security="yes")
