@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
         report = os.path.join(work, "report.xml")
         start = time.perf_counter()
         limit = [f"--timeout={args.timeout}"] if find_spec("pytest_timeout") else []
-        subprocess.run([sys.executable, "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
+        subprocess.run([python_beside_dask(work), "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
                         "--continue-on-collection-errors", *limit, f"--junitxml={report}", "-o", "junit_family=xunit2",
                         *args.pytest_args], env=env, cwd=work, check=False)
         if not os.path.exists(report):
@@ -89,6 +89,22 @@ def retarget(text: str) -> str:
     text = re.sub(r"\bdask_cuda\b", "dask_gpu.cuda", text)
     text = re.sub(r'("dask",\s*)"cuda"', r'\1"gpu"', text)
     return text.replace("dask cuda worker", "dask gpu worker")
+
+
+def python_beside_dask(work: str) -> str:
+    """This Python, called where a ``dask`` command sits beside it: distributed's ``popen``, which the tests start
+    ``dask gpu worker`` with, looks for ``dask`` there (a ``--target`` install puts it elsewhere)."""
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "dask")):
+        return sys.executable
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir)
+    python = os.path.join(bin_dir, "python3")
+    os.symlink(sys.executable, python)
+    with open(os.path.join(bin_dir, "dask"), "w") as f:
+        f.write(f'#!/bin/sh\nexec "{python}" -m dask "$@"\n')
+    os.chmod(os.path.join(bin_dir, "dask"), 0o755)
+    return python
 
 
 def real_gpus() -> bool:

@@ -65,14 +65,11 @@ def get_gpu_handle(device_id=0):
 
 def get_preload_options(protocol=None, create_cuda_context=None, enable_tcp_over_ucx=None, enable_infiniband=None,
                         enable_nvlink=None, enable_rdmacm=None) -> dict:
-    """``preload`` and ``preload_argv`` for a process that should make a CUDA context as it starts, and, with UCX,
-    use the transports named: the ``dask_gpu.cuda.initialize`` hook."""
-    argv = ["--create-cuda-context"] if create_cuda_context else []
-    if protocol in ("ucx", "ucxx"):
-        named = {"tcp-over-ucx": enable_tcp_over_ucx, "infiniband": enable_infiniband, "rdmacm": enable_rdmacm,
-                 "nvlink": enable_nvlink}
-        argv += [f"--enable-{name}" for name, on in named.items() if on]
-    return {"preload": ["dask_gpu.cuda.initialize"], "preload_argv": argv}
+    """``preload`` and ``preload_argv`` for a process that should make a CUDA context as it starts: the
+    ``dask_gpu.cuda.initialize`` hook. The UCX transports are not its to set: ``initialize`` (or the cluster's
+    keywords) sets them in distributed-ucxx's configuration, where every connection reads them."""
+    return {"preload": ["dask_gpu.cuda.initialize"], "preload_argv": ["--create-cuda-context"] if create_cuda_context
+            else []}
 
 
 def get_cpu_affinity(device_index=None) -> list[int]:
