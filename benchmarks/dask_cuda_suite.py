@@ -45,7 +45,9 @@ def main(argv=None) -> dict:
         report = os.path.join(work, "report.xml")
         start = time.perf_counter()
         limit = [f"--timeout={args.timeout}"] if find_spec("pytest_timeout") else []
-        subprocess.run([python_beside_dask(work), "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
+        python = python_beside_dask(work)
+        env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+        subprocess.run([python, "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
                         "--continue-on-collection-errors", *limit, f"--junitxml={report}", "-o", "junit_family=xunit2",
                         *args.pytest_args], env=env, cwd=work, check=False)
         if not os.path.exists(report):
@@ -104,6 +106,8 @@ def python_beside_dask(work: str) -> str:
     with open(os.path.join(bin_dir, "dask"), "w") as f:
         f.write(f'#!/bin/sh\nexec "{python}" -m dask "$@"\n')
     os.chmod(os.path.join(bin_dir, "dask"), 0o755)
+    # a symlink leaves a virtual environment behind: its packages travel on PYTHONPATH
+    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
     return python
 
 
