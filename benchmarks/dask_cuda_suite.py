@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -94,19 +95,17 @@ def retarget(text: str) -> str:
 
 
 def python_beside_dask(work: str) -> str:
-    """This Python, called where a ``dask`` command sits beside it: distributed's ``popen``, which the tests start
-    ``dask gpu worker`` with, looks for ``dask`` there (a ``--target`` install puts it elsewhere)."""
-    here = os.path.dirname(sys.executable)
-    if os.path.exists(os.path.join(here, "dask")):
+    """A Python whose scripts directory holds ``dask``: distributed's ``popen``, with which the tests start
+    ``dask gpu worker``, looks there (a ``--target`` install puts the command elsewhere). This one where it has it;
+    else a virtual environment made for the run, with this one's packages on PYTHONPATH."""
+    if os.path.exists(os.path.join(sysconfig.get_path("scripts"), "dask")):
         return sys.executable
-    bin_dir = os.path.join(work, "bin")
-    os.makedirs(bin_dir)
-    python = os.path.join(bin_dir, "python3")
-    os.symlink(sys.executable, python)
-    with open(os.path.join(bin_dir, "dask"), "w") as f:
+    venv = os.path.join(work, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    with open(os.path.join(venv, "bin", "dask"), "w") as f:
         f.write(f'#!/bin/sh\nexec "{python}" -m dask "$@"\n')
-    os.chmod(os.path.join(bin_dir, "dask"), 0o755)
-    # a symlink leaves a virtual environment behind: its packages travel on PYTHONPATH
+    os.chmod(os.path.join(venv, "bin", "dask"), 0o755)
     os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
     return python
 

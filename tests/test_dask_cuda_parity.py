@@ -528,6 +528,9 @@ def test_utils_devices_and_limits():
     assert utils.parse_device_memory_limit(1) == utils.parse_device_bytes("1") == 1  # an int is bytes
     assert utils.parse_device_bytes(0.3, alignment_size=256) % 256 == 0
     assert utils.cuda_visible_devices(3, range(8)) == "3,4,5,6,7,0,1,2" and utils.cuda_visible_devices(1) == "1,0"
+    for wrong in (None, [], True):
+        with pytest.raises(TypeError, match="a CUDA_VISIBLE_DEVICES entry is a GPU index or a UUID"):
+            utils.parse_cuda_visible_device(wrong)
     assert utils.nvml_device_index(1, "1,2,3,0") == 2 and utils.nvml_device_index(1, [1, 2, 3, 0]) == 2
     assert utils.nvml_device_index(1, ["GPU-a", "MIG-b"]) == "MIG-b"
     assert utils.parse_cuda_visible_device("2") == 2 and utils.parse_cuda_visible_device("GPU-9b") == "GPU-9b"

@@ -83,7 +83,10 @@ def unpack_bitmask(x, mask_bits=64) -> list[int]:
 
 
 def parse_cuda_visible_device(dev):
-    """One CUDA_VISIBLE_DEVICES entry: an index as an int, a UUID as a string; ValueError for anything else."""
+    """One CUDA_VISIBLE_DEVICES entry: an index as an int, a UUID as a string; as dask-cuda's, a TypeError for
+    what is neither an int nor a string, a ValueError for a string that names no device."""
+    if isinstance(dev, bool) or not isinstance(dev, (int, str)):
+        raise TypeError(f"a CUDA_VISIBLE_DEVICES entry is a GPU index or a UUID, not {dev!r}")
     return _index(devices.parse_visible_devices([dev])[0])
 
 
