@@ -9,11 +9,10 @@ from importlib.util import find_spec
 
 import dask
 from distributed import Scheduler, SpecCluster
-from distributed.comm.addressing import unparse_host_port
 from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import devices
+from dask_gpu import devices, parse
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
@@ -183,7 +182,7 @@ class LocalCUDACluster(SpecCluster):
                 # imported (~1 s), in the background while the workers start.
                 "dashboard": None if dashboard and not self._dashboard else False,  # None: "install bokeh" page
                 # off: a free port on the scheduler's host for its HTTP routes (not 8787, not every interface)
-                "dashboard_address": on_host(dashboard, host) if dashboard else f"{host or ''}:0",
+                "dashboard_address": parse.on_host(dashboard, host) if dashboard else f"{host or ''}:0",
                 **options.scheduler_kwargs,
             },
         }
@@ -243,16 +242,6 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
-
-
-def on_host(address, host: str | None):
-    """A dashboard address that names only a port (":8788", 8788), on the cluster's host.
-
-    distributed reads a bare port as every interface: a cluster kept on 127.0.0.1
-    must not show its dashboard to the network because a port was chosen.
-    """
-    port = str(address).removeprefix(":")
-    return unparse_host_port(host, int(port)) if host and port.isdigit() else address
 
 
 async def attach_dashboard(scheduler, prefix: str = "/") -> bool:

@@ -14,8 +14,10 @@ import signal
 import socket
 
 import dask
+from distributed.comm import get_address_host
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
+from distributed.utils import get_ip, get_ip_interface
 
 from dask_gpu import checks, devices, keywords, parse, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
@@ -86,7 +88,7 @@ class CUDAWorker:
         if not self.nannies:
             address = await self._reach_scheduler()
             self._compile = compile_cudf_kernels(self.selected)  # beside the workers' start
-            self.nannies = [spec["cls"](address, **spec["options"], **port, **self.extra)
+            self.nannies = [spec["cls"](address, **bind(spec["options"], address, self.extra), **port, **self.extra)
                             for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
         if self.nannies:  # a scheduler started by ``dask scheduler`` has no device shuffle of its own
@@ -141,6 +143,25 @@ def _connection_args(security: Security) -> dict:
         named = f" ({', '.join(files)})" if files else ""
         raise ValueError(f"the TLS credentials do not load{named}: {e}; "
                          "give PEM files from the scheduler's CA (--tls-ca-file, --tls-cert, --tls-key)") from None
+
+
+def bind(options: dict, scheduler: str, extra: dict) -> dict:
+    """A worker's listeners, its dashboard's too, on one host: the host or interface given, else the address this
+    machine reaches the scheduler from (127.0.0.1 for a scheduler on loopback), never every interface unasked."""
+    if extra.get("listen_address"):
+        return options  # it names the host and port itself
+    options = dict(options)
+    try:
+        if options.get("interface"):
+            host = get_ip_interface(options["interface"])
+        else:
+            host = options.setdefault("host", None) or get_ip(get_address_host(scheduler))
+            options["host"] = host
+    except (OSError, ValueError):  # no route or an odd address: distributed's choice
+        return options
+    if options.get("dashboard"):
+        options["dashboard_address"] = parse.on_host(options.get("dashboard_address", ":0"), host)
+    return options
 
 
 def _check_addresses(listen_address, contact_address, worker_port, options):

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from importlib.util import find_spec
 
 from dask.utils import byte_sizes, parse_timedelta
+from distributed.comm.addressing import unparse_host_port
 
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 PROTOCOLS = ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss")
@@ -132,6 +133,16 @@ def dashboard_address(value, what: str = "dashboard_address"):
             pass
     raise ValueError(f"{what}={value!r} is not a dashboard address: give ':8787', 'host:8787', a port, or False "
                      "for none")
+
+
+def on_host(address, host: str | None):
+    """A dashboard address that names only a port (":8788", 8788), on ``host``.
+
+    distributed reads a bare port as every interface: a cluster or worker kept on 127.0.0.1
+    must not show its dashboard to the network because a port was chosen.
+    """
+    port = str(address).removeprefix(":")
+    return unparse_host_port(host, int(port)) if host and port.isdigit() else address
 
 
 def log_level(value, what: str = "silence_logs"):

@@ -470,6 +470,25 @@ def test_dask_scheduler_with_dask_gpu_worker_worker_class_and_cudf_spill(schedul
                 worker.wait()
 
 
+@pytest.mark.parametrize("args", [[], ["--host", "127.0.0.1"]])
+def test_dask_gpu_worker_listens_where_it_reaches_its_scheduler_dashboards_too(scheduler, args):
+    env = {**os.environ, "DASK_GPU__SIMULATE": "1"}
+    worker = subprocess.Popen([sys.executable, "-m", "dask", "gpu", "worker", "--scheduler-file", scheduler,
+                               "--death-timeout", "60s", *args], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        with Client(scheduler_file=scheduler, timeout="20s") as client:
+            client.wait_for_workers(1, timeout=60)
+            hosts = client.run(lambda dask_worker: {dask_worker.address.split("://")[1].rsplit(":", 1)[0], *(
+                s.getsockname()[0] for s in dask_worker.http_server._sockets.values())})  # comm port, dashboard
+            assert list(hosts.values()) == [{"127.0.0.1"}]  # the scheduler is on loopback: so is every listener
+            workers = client.scheduler_info()["workers"].values()
+            assert {w["nanny"].split("://")[1].rsplit(":", 1)[0] for w in workers} == {"127.0.0.1"}
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+
+
 # -- dask_gpu.cuda: dask-cuda's names --------------------------------------------------------------------
 
 
