@@ -147,6 +147,8 @@ class LocalCUDACluster(SpecCluster):
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
         options = self.cluster_options = ClusterOptions.resolve(**given, **kwargs)
+        if isinstance(n_workers, str):  # "2" as threads_per_worker="2" is: a count, from the command line or YAML
+            n_workers = parse.count(n_workers, "n_workers")
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers, minimum=0 if options.cpu_workers else 1)  # as dask-cuda: at least one worker
         self.options = options.workers

@@ -23,4 +23,7 @@ def get(key: str, value=None):
     """
     if value is not None:
         return value
+    namespace = dask.config.get("gpu", {})
+    if not isinstance(namespace, dict):  # {"gpu": 5}: say so, not "'int' object is not subscriptable"
+        raise ValueError(f"the gpu configuration must map gpu.* keys to values, not {namespace!r}")
     return dask.config.get(f"gpu.{key.replace('_', '-')}")

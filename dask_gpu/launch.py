@@ -44,6 +44,9 @@ class CUDAWorker:
                  scheduler_file=None, pid_file=None, **options):
         if isinstance(scheduler, Cluster):
             scheduler = scheduler.scheduler_address
+        if scheduler is not None and scheduler_file is not None:
+            raise ValueError(f"give the scheduler's address ({scheduler}) or scheduler_file ({scheduler_file}), "
+                             "not both (--scheduler-file)")
         if scheduler is None and scheduler_file is None and dask.config.get("scheduler-address", None) is None:
             raise ValueError("no scheduler: give its address, scheduler_file=, or the scheduler-address configuration")
         if scheduler_file is not None:

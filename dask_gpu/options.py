@@ -87,11 +87,15 @@ class WorkerOptions:
         if extra.get("data") is not None and device_memory_limit not in (None, 0):
             warnings.warn(f"device_memory_limit={device_memory_limit!r} has no effect: the workers keep their data "
                           "in the data= given, which replaces dask-gpu's device tier", UserWarning, stacklevel=3)
+        resources = parse.resources(config.get("resources", resources))
+        if resources.get("GPU", 1) != 1:
+            raise ValueError(f"resources: GPU={resources['GPU']:g}, but each GPU worker holds one GPU, and says "
+                             "so with GPU=1 itself: drop GPU from resources")
         return cls(
             nthreads=parse.nthreads(config.get("nthreads", nthreads)),
             memory_limit=parse.memory_limit(config.get("memory_limit", memory_limit)),
             device_memory_limit=parse.device_memory_limit(config.get("device_memory_limit", device_memory_limit)),
-            resources=MappingProxyType(parse.resources(config.get("resources", resources))),
+            resources=MappingProxyType(resources),
             local_directory=parse.local_directory(config.get("local_directory", local_directory)),
             pre_import=parse.pre_import(config.get("pre_import", pre_import)),
             protocol=protocol,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import dask
 from dask.system import CPU_COUNT
 from distributed import Nanny
 from distributed.system import MEMORY_LIMIT
@@ -89,13 +90,24 @@ def cpu_worker_threads(n_gpu_workers: int, options: WorkerOptions, n_cpu_workers
     return max(1, (CPU_COUNT - n_gpu_workers * options.nthreads) // n_cpu_workers)
 
 
+MIN_WORKER_MEMORY = 256 * 2**20  # below it a worker's own imports pass the limit: its nanny restarts it forever
+
+
 def host_memory_limit(limit, n_workers: int) -> int:
-    """Host memory per worker: "auto" splits the machine's memory evenly; a fraction is of the machine."""
+    """Host memory per worker: "auto" splits the machine's memory evenly; a fraction is of the machine; 0 is
+    no limit. A limit below what a worker needs to start is an error here."""
     if limit == "auto":
-        return MEMORY_LIMIT // max(n_workers, 1)
-    if isinstance(limit, float):
-        return fraction_bytes(limit, MEMORY_LIMIT, f"memory_limit={limit!r}")
-    return int(limit)
+        nbytes = MEMORY_LIMIT // max(n_workers, 1)
+    elif isinstance(limit, float):
+        nbytes = fraction_bytes(limit, MEMORY_LIMIT, f"memory_limit={limit!r}")
+    else:
+        nbytes = int(limit)
+    terminate = dask.config.get("distributed.worker.memory.terminate")
+    if terminate and 0 < nbytes * terminate < MIN_WORKER_MEMORY:  # its nanny would restart it as it starts
+        given = f"{limit} bytes" if isinstance(limit, int) else f"{limit!r} ({nbytes} bytes a worker)"
+        raise ValueError(f"memory_limit={given} is less than a worker needs to start ({MIN_WORKER_MEMORY // 2**20} "
+                         "MiB): give more, 0 for no limit, or turn distributed.worker.memory.terminate off")
+    return nbytes
 
 
 def usable_cores(cores: Sequence[int]) -> tuple[int, ...]:

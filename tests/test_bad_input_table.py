@@ -43,7 +43,8 @@ CLUSTER = [
     ({"n_workers": 0}, ValueError, r"n_workers=0: .*1 to 2 GPU workers.*n_workers=0 with cpu_workers=N"),
     ({"n_workers": -1}, ValueError, r"n_workers=-1: a LocalCUDACluster runs 1 to 2 GPU workers here"),
     ({"n_workers": 3}, ValueError, r"cannot run 3 GPU workers: 2 GPU\(s\) are visible"),
-    ({"n_workers": "2"}, ValueError, r"n_workers must be a whole number .* not '2'"),
+    ({"n_workers": "two"}, ValueError, r"n_workers must be a whole number >= 0, not 'two'"),
+    ({"n_workers": "3"}, ValueError, r"cannot run 3 GPU workers: 2 GPU\(s\) are visible"),  # a count, as "2" is
     ({"n_workers": 1.5}, ValueError, r"n_workers must be a whole number .* not 1.5"),
     ({"n_workers": True}, ValueError, r"n_workers must be a whole number .* not True"),
     ({"n_workers": -1, "cpu_workers": 1}, ValueError, r"n_workers=-1"),
@@ -64,6 +65,8 @@ CLUSTER = [
     ({"device_memory_limit": "-1GB"}, ValueError, r"device_memory_limit=.*-1gb.* must not be negative"),
     ({"resources": "GPU"}, ValueError, r"resource 'GPU' must look like NAME=AMOUNT"),
     ({"resources": {"MEM": -1}}, ValueError, r"resource 'MEM' must be >= 0, not -1"),
+    ({"resources": "GPU=0"}, ValueError, r"resources: GPU=0, but each GPU worker holds one GPU"),
+    ({"memory_limit": "10MB"}, ValueError, r"memory_limit=10000000 bytes is less than a worker needs to start"),
     ({"pre_import": "not_a_module_x"}, ValueError, r"pre_import: ModuleNotFoundError: No module named 'not_a_m"),
     ({"pre_import": "a-b"}, ValueError, r"pre_import entry 'a-b' is not a module name"),
     ({"protocol": "http"}, ValueError, r"protocol 'http' is not one of tcp, tls, ucx"),
@@ -130,6 +133,7 @@ CONFIG = [
     ("gpu.dashboard-address", "x:y", r"dashboard_address='x:y' is not a dashboard address"),
     ("gpu.local-directory", "", r"local_directory must be a directory path, not ''"),
     ("gpu.resources", {"A": "x"}, r"resource 'A' must be a number, not 'x'"),
+    ("gpu", 5, r"the gpu configuration must map gpu.\* keys to values, not 5"),
 ]
 
 # -- CUDAWorker, constructed: (scheduler, keywords, error, line) -------------------------------------------
@@ -155,6 +159,7 @@ WORKER_API = [
     (ADDRESS, {"death_timeout": "x"}, ValueError, r"CUDAWorker: death_timeout='x' is not a duration"),
     (ADDRESS, {"nthread": 2}, TypeError, r"CUDAWorker: unknown keyword 'nthread'.*did you mean 'nthreads'"),
     (ADDRESS, {"host": "0.0.0.0", "interface": "lo"}, ValueError, r"give host or interface .*not both"),
+    (ADDRESS, {"scheduler_file": HERE}, ValueError, r"give the scheduler's address .* or scheduler_file .*not both"),
 ]
 
 # -- parsers and checks, called directly: (function, arguments, line) --------------------------------------
@@ -185,6 +190,9 @@ CLI = [
     ([*W, "--nthreads", "x"], r"Invalid value for '--nthreads': 'x' is not a valid integer"),
     ([*W, "--nthreads", "0"], r"threads per worker must be >= 1, not 0"),
     ([*W, "--memory-limit", "lots"], r"memory_limit='lots' is not a size"),
+    ([*W, "--memory-limit", "10MB"], r"memory_limit=10000000 bytes is less than a worker needs to start"),
+    ([*W, "--resources", "GPU=0"], r"resources: GPU=0, but each GPU worker holds one GPU"),
+    ([*W, "--scheduler-file", HERE], r"give the scheduler's address .* or scheduler_file .*not both"),
     ([*W, "--device-memory-limit", "150%"], r"device_memory_limit='150%': a percentage must be between 0 and 100"),
     ([*W, "--resources", "MEM"], r"resource 'MEM' must look like NAME=AMOUNT"),
     ([*W, "--cuda-visible-devices", "7"], r"entry '7' is not a GPU on this machine"),
@@ -234,6 +242,8 @@ CLI = [
     (["bench", "--timeout", "-1"], r"Invalid value for '--timeout': -1.0 is not in the range x>0"),
     (["bench", "--cpu-budget", "0"], r"Invalid value for '--cpu-budget': 0.0 is not in the range x>0"),
     (["bench", "--gpus", "1,two"], r"--gpus takes GPU counts separated by commas"),
+    (["bench", "--gpus", "5"], r"--gpus 5: each count must be 1 to the number of GPUs here \(2\)"),
+    (["bench", "--gpus", "0"], r"--gpus 0: each count must be 1 to the number of GPUs here \(2\)"),
     (["bench", "--size", "huge"], r"'huge' is not one of 'small', 'medium', 'full'"),
     (["bench", "--suite", "parquet"], r"'parquet' is not one of 'array', 'dataframe'"),
     (["bench", "--compare", "ray"], r"'ray' is not 'dask-cuda'"),

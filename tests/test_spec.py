@@ -226,7 +226,7 @@ def test_optional_keys_only_when_set(selected, kwargs, present):
 
 @pytest.mark.parametrize(
     "resources, expected",
-    [(None, {}), ({"GPU": 1, "MEM": 1e9}, {"MEM": 1e9}), ("GPU=2", {})],
+    [(None, {}), ({"GPU": 1, "MEM": 1e9}, {"MEM": 1e9}), ("GPU=1", {})],
 )
 def test_cpu_worker_spec(resources, expected):
     opts = WorkerOptions.resolve(resources=resources, env={"A": "1"})
