@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dask_gpu.keywords import named_parameters
-from dask_gpu.parse import (address, close, dashboard_address, environment, flag, host, interface, log_level, port,
-                            port_range, preloads, seconds)
+from dask_gpu.parse import (address, close, dashboard_address, environment, flag, interface, local_host, log_level,
+                            port, port_range, preloads, seconds)
 
 
 def _strings(value, what):
@@ -47,7 +47,7 @@ _WORKER_CHECKS = {
     "config": _mapping,
     "dashboard_address": dashboard_address,
     **dict.fromkeys(["contact_address", "listen_address"], address),
-    "host": host,
+    "host": local_host,
     "interface": interface,
     **dict.fromkeys(["port", "worker_port"], _ports),
     "silence_logs": log_level,
@@ -79,7 +79,7 @@ def _scheduler_kwargs(given, what: str) -> None:
 
 
 _CLUSTER_CHECKS = {
-    "host": host,
+    "host": local_host,
     "interface": interface,
     "scheduler_port": port,
     "dashboard_address": dashboard_address,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import json
 import math
 import sys
@@ -320,6 +321,10 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
     names = [w.strip() for w in workloads.split(",")] if workloads else list(module.WORKLOADS)
     if plot_path and find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
+    for path, flag in ((json_path, "--json"), (plot_path, "--plot")):  # before the run, not after it
+        why = path and _unwritable(path)
+        if why:
+            raise click.UsageError(f"{flag} {path}: cannot be written here ({why}); give a writable path")
     checkpoint = functools.partial(_write_json, json_path) if json_path else None
     try:  # every argument checked before anything runs
         if suite == "dataframe":
@@ -368,6 +373,19 @@ class _Bar:
 
     def status(self, text: str) -> None:
         self.bar.update(0, f"{self.label}: {text}" if self.label else text)
+
+
+def _unwritable(path) -> str | None:
+    """Why ``path`` cannot be written, found by opening it (and removing it again where it was not there)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.remove(path)
+    return None
 
 
 def _write_json(path, results):

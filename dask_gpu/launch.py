@@ -242,4 +242,6 @@ def failure(error: BaseException, where) -> str:
         if error.__cause__ is None:
             break
         error = error.__cause__
+    if "name taken" in str(error):  # the scheduler knows a worker of this name already
+        return f"workers failed: {error}: another worker has that name; give these another --name"
     return f"workers failed: {type(error).__name__}: {error}"

@@ -16,6 +16,7 @@ import ipaddress
 import math
 import os
 import re
+import socket
 from collections.abc import Mapping
 from importlib.util import find_spec
 
@@ -75,6 +76,19 @@ def host(value, what: str = "host") -> str:
                 return value
     raise ValueError(f"{what}={value!r} is not a host: give an IP address or a host name, e.g. '127.0.0.1' "
                      "(this machine only) or '0.0.0.0' (every interface)")
+
+
+def local_host(value, what: str = "host") -> str:
+    """A host (as :func:`host`) that names an address of this machine: one a server here can listen on."""
+    value = host(value, what)
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(value.strip().strip("[]"), 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.bind(address)
+    except OSError as e:  # gaierror: no such name; EADDRNOTAVAIL: another machine's address
+        raise ValueError(f"{what}={value!r} is not an address of this machine ({e.strerror or e}): give one of "
+                         "its addresses, e.g. '127.0.0.1', or '0.0.0.0' for every interface") from None
+    return value
 
 
 def interface(value, what: str = "interface") -> str:

@@ -66,6 +66,8 @@ CLUSTER = [
     ({"resources": "GPU"}, ValueError, r"resource 'GPU' must look like NAME=AMOUNT"),
     ({"resources": {"MEM": -1}}, ValueError, r"resource 'MEM' must be >= 0, not -1"),
     ({"resources": "GPU=0"}, ValueError, r"resources: GPU=0, but each GPU worker holds one GPU"),
+    ({"host": "256.1.1.1"}, ValueError, r"host='256.1.1.1' is not an address of this machine"),
+    ({"host": "192.0.2.1"}, ValueError, r"host='192.0.2.1' is not an address of this machine"),  # TEST-NET-1
     ({"memory_limit": "10MB"}, ValueError, r"memory_limit=10000000 bytes is less than a worker needs to start"),
     ({"pre_import": "not_a_module_x"}, ValueError, r"pre_import: ModuleNotFoundError: No module named 'not_a_m"),
     ({"pre_import": "a-b"}, ValueError, r"pre_import entry 'a-b' is not a module name"),
@@ -192,6 +194,8 @@ CLI = [
     ([*W, "--memory-limit", "lots"], r"memory_limit='lots' is not a size"),
     ([*W, "--memory-limit", "10MB"], r"memory_limit=10000000 bytes is less than a worker needs to start"),
     ([*W, "--resources", "GPU=0"], r"resources: GPU=0, but each GPU worker holds one GPU"),
+    ([*W, "--host", "256.0.0.1"], r"host='256.0.0.1' is not an address of this machine"),
+    (["bench", "--json", "/proc/results.json"], r"--json /proc/results.json: cannot be written here"),
     ([*W, "--scheduler-file", HERE], r"give the scheduler's address .* or scheduler_file .*not both"),
     ([*W, "--device-memory-limit", "150%"], r"device_memory_limit='150%': a percentage must be between 0 and 100"),
     ([*W, "--resources", "MEM"], r"resource 'MEM' must look like NAME=AMOUNT"),

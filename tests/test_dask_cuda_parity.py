@@ -416,6 +416,18 @@ def test_a_death_timeout_that_expires_exits_with_code_1(tmp_path):
     assert "cannot reach the scheduler at tcp://127.0.0.1:9 within 1 s (--death-timeout)" in done.stderr
 
 
+def test_a_worker_name_taken_says_to_give_another():
+    from dask_gpu import launch
+
+    taken = ValueError("Unexpected response from register: {'status': 'error', 'message': 'name taken, node-gpu-0'}")
+    line = launch.failure(RuntimeError("Nanny failed to start"), "tcp://127.0.0.1:1")
+    assert line == "workers failed: RuntimeError: Nanny failed to start"
+    error = RuntimeError("Nanny failed to start")
+    error.__cause__ = taken
+    line = launch.failure(error, "tcp://127.0.0.1:1")
+    assert "name taken, node-gpu-0" in line and line.endswith("another worker has that name; give these another --name")
+
+
 def test_an_address_that_answers_but_not_as_a_scheduler_is_named_so():
     import socket
     import threading
