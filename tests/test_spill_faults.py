@@ -171,6 +171,42 @@ def test_damaged_and_removed_spill_files_in_a_worker_are_reported_and_recomputed
     assert list(client.run(os.getpid).values()) == [pid]  # the same worker throughout
 
 
+class FullDisk:
+    """A spill file that is created, then refused part way through its write: the disk filled up."""
+
+    def __init__(self, path, mode, *args):
+        self.file = open(path, mode, *args)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self.file.__exit__(*exc)
+
+    def write(self, data):
+        self.file.write(bytes(memoryview(data)[:1]))  # a byte, then no room
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+
+def test_a_write_the_full_disk_refuses_leaves_no_file_behind(disk_store, monkeypatch):
+    store, _ = disk_store
+    monkeypatch.setattr(zict.file, "open", FullDisk, raising=False)
+    for i in range(10):  # 400 bytes each, 600 kept in memory: every one past that is a write that fails
+        try:
+            store[f"x{i}"] = np.arange(100, dtype="int32")
+        except SpillFileError:
+            pass
+    files = store._files
+    assert files.failures > 0 and len(store.disk) == 0
+    assert os.listdir(files.directory) == []  # no empty or cut-short file, however often the disk refused
+    monkeypatch.undo()
+    assert [int(store[f"x{i}"].sum()) for i in range(10) if f"x{i}" in store] == [4950] * len(store)
+
+
 # --- a cluster: the disk fills or turns read-only while it spills --------------------------------------------
 
 

@@ -17,12 +17,14 @@ read back (26 ms and 103 ms without a checksum), XXH3 adds 7 ms and 6 ms, CRC-32
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import struct
 import zlib
 from importlib.util import find_spec
+from urllib.parse import quote
 
 from distributed.spill import AnyKeyFile
 from distributed.utils import nbytes
@@ -54,12 +56,27 @@ class ChecksummedFile(AnyKeyFile):
         try:
             super().__setitem__(key, [*frames, trailer])
         except OSError as e:  # a full disk, a directory made read-only or removed
+            self._remove_unfinished(key)
             self.failures += 1
             self.failing = True
             self.last_error = _error(e.errno, f"cannot write the spill file of {key!r} under {self.directory} "
                                               f"({e.strerror or e})")
             raise self.last_error from e
         self.failing = False
+
+    def _remove_unfinished(self, key) -> None:
+        """The file a failed write began, empty or cut short, which zict.File keeps no record of: a full disk
+        would otherwise fill with them, one each time the worker tries to spill again."""
+        prefix = quote(str(key), safe="") + "#"  # how zict.File names a key's files: its text, quoted, and a count
+        kept = set(self.filenames.values())
+        try:
+            names = os.listdir(self.directory)
+        except OSError:  # the directory itself is gone
+            return
+        for name in names:
+            if name.startswith(prefix) and name not in kept:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.directory, name))
 
     def __getitem__(self, key):
         path = os.path.join(self.directory, self.filenames[key])  # KeyError: not spilled, as zict.File says
