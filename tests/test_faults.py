@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import dask
 import numpy as np
 import psutil
 import pytest
@@ -124,9 +125,11 @@ def test_gpu_device_out_of_memory_fails_that_task_and_the_worker_serves_the_next
 
 @pytest.fixture
 def host_spilling_store(tmp_path):
-    """A store whose host tier keeps 600 bytes in memory and spills the rest to disk."""
-    store = DeviceHostDiskStore(device_memory_limit=10**6, memory_limit=1000, worker_local_directory=str(tmp_path))
-    yield store
+    """A store whose host tier keeps 600 bytes in memory and spills the rest to disk. distributed's pause is
+    off: this process uses far more than the store's 1000 bytes, where a worker would pause at once."""
+    with dask.config.set({"distributed.worker.memory.pause": False}):
+        store = DeviceHostDiskStore(device_memory_limit=10**6, memory_limit=1000, worker_local_directory=str(tmp_path))
+        yield store
     store.close()
 
 
@@ -171,7 +174,7 @@ def test_a_full_or_broken_spill_disk_keeps_the_data_in_memory_up_to_the_limit(ho
     values = {f"x{i}": np.full(400, i, dtype="uint8") for i in range(2)}
     for key, value in values.items():
         store[key] = value  # past 600 bytes the host tier tries the disk, which fails: kept in memory
-    with pytest.raises(SpillFileError, match=f"'x2' is not stored: .* past its memory_limit .*spilling to disk "
+    with pytest.raises(SpillFileError, match=f"'x2' is not stored: .* at or near its memory_limit .*spilling to disk "
                                              f"failed: cannot write the spill file of 'x0' under {store._directory}"):
         store["x2"] = np.full(400, 2, dtype="uint8")  # past the 1000-byte limit: refused, loudly
     assert "x2" not in store and not store.disk  # nothing is taken for spilled that is not whole on disk

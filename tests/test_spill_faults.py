@@ -257,9 +257,10 @@ def test_a_disk_that_fails_during_a_spilling_workload_fails_tasks_naming_it_and_
     for future in failed:
         error = future.exception()
         assert isinstance(error, SpillFileError), error
-        assert re.search(rf"'{re.escape(future.key)}' is not stored: the worker holds .* past its memory_limit of "
-                         rf"3.81 MiB, because spilling to disk failed: cannot write the spill file of .* under "
-                         rf"{re.escape(directory)} \({re.escape(os.strerror(code))}\)", str(error)), str(error)
+        assert re.search(rf"'{re.escape(future.key)}' is not stored: the worker holds .* at or near its "
+                         rf"memory_limit of 3.81 MiB, because spilling to disk failed: cannot write the spill file "
+                         rf"of .* under {re.escape(directory)} \({re.escape(os.strerror(code))}\)",
+                         str(error)), str(error)
     assert memory_stats(client)["gpu-0"]["disk-write-errors"] > 0
     assert list(client.run(os.getpid).values()) == [pid]  # the worker stays up
 
@@ -279,6 +280,36 @@ def test_a_disk_that_fails_during_a_spilling_workload_fails_tasks_naming_it_and_
     assert totals(again) == [NBYTES * (i % 256) for i in range(20, 40)]
     assert totals(ok) == want
     assert list(client.run(os.getpid).values()) == [pid]
+
+
+def big(i):
+    return np.full(16 * 2**20, i % 256, dtype="uint8")  # 16 MiB in host memory
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["disk full", "read-only"])
+def test_a_disk_that_refuses_every_spill_under_distributed_s_pause_ends_in_named_errors_not_a_wait(simulate, code):
+    # distributed's own thresholds: spill past 40% of the limit, pause at 95%. The worker pauses on its process's
+    # memory; without a refusal below that, the tasks queued on it wait forever.
+    simulate(1)
+    thresholds = {"distributed.worker.memory.target": 0.4, "distributed.worker.memory.spill": 0.9,
+                  "distributed.worker.memory.pause": 0.95, "distributed.worker.memory.terminate": False}
+    with dask.config.set(thresholds), LocalCUDACluster(n_workers=1, memory_limit="1GB", dashboard_address=False) \
+            as cluster, Client(cluster) as client:
+        before = client.map(big, range(30), pure=False)  # 480 MiB: past 40% of 1 GB, some of it on disk
+        wait(before, timeout=60)
+        ((directory),) = client.run(lambda dask_worker: dask_worker.data._files.directory).values()
+        client.run(break_disk, code)
+        after = client.map(big, range(30, 80), pure=False)  # 800 MiB more, which no disk takes
+        wait(after, timeout=60)  # every one ends: stored in memory, or refused by name
+        refused = [f for f in after if f.status == "error"]
+        assert refused and all(f.status in ("finished", "error") for f in after)
+        for future in refused:
+            assert isinstance(future.exception(), SpillFileError)
+            assert f"under {directory} ({os.strerror(code)})" in str(future.exception())
+        kept = {i: f for i, f in enumerate([*before, *after]) if f.status == "finished"}
+        firsts = client.gather(client.map(lambda a: int(a[0]), list(kept.values()), pure=False))
+        assert firsts == [i % 256 for i in kept]  # what was kept reads back right, from memory or from disk
+        client.run(mend_disk)
 
 
 # --- a cluster: a worker holding spilled values is killed ----------------------------------------------------

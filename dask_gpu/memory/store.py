@@ -40,6 +40,9 @@ logger = logging.getLogger("dask_gpu.memory")
 spill_logger = logging.getLogger("distributed.worker")  # log_spilling: where client.get_worker_logs() reads
 
 
+PAUSE_MARGIN = 0.9  # refuse below distributed's pause, which its memory monitor checks every 100 ms
+
+
 @dataclass(frozen=True)
 class Hidden:
     """A key of a :meth:`DeviceHostDiskStore.space`: equal to no task's key, left out of the store's own keys."""
@@ -127,23 +130,33 @@ class DeviceHostDiskStore(MutableMapping):
                 self._refuse_if_stranded(key, moved)
 
     def _refuse_if_stranded(self, key, moved) -> None:
-        """The disk refused a spill just now: past ``memory_limit`` of host memory, ``key`` is refused (its
-        task fails with the error, distributed's way for a store), so that the worker neither grows nor loses
-        what it holds: the device objects that ``key`` pushed to host memory (``moved``) go back to the
-        device, where it made room for them again. Below the limit, the values wait in host memory for room
-        on the disk."""
+        """The disk refused a spill just now: past ``memory_limit`` of host memory, or near where distributed
+        pauses the worker (a paused worker whose disk refuses would wait forever, and its tasks with it),
+        ``key`` is refused (its task fails with the error, distributed's way for a store), so that the worker
+        neither grows nor loses what it holds: the device objects that ``key`` pushed to host memory
+        (``moved``) go back to the device, where it made room for them again. Below, the values wait in host
+        memory for room on the disk."""
         held = self._host.fast.total_weight
-        if not self.memory_limit or held <= self.memory_limit:
+        if not self.memory_limit or (held <= self.memory_limit and not self._near_pause()):
             return
         del self[key]
         for pushed in moved:
             if pushed in self._host.fast and pushed in self._spilled:
                 self[pushed]  # reading a spilled device object moves it back to the device
         error = self._files.last_error
-        raise SpillFileError(f"{key!r} is not stored: the worker holds {format_bytes(held)} in host memory, past "
-                             f"its memory_limit of {format_bytes(self.memory_limit)}, because spilling to disk "
+        raise SpillFileError(f"{key!r} is not stored: the worker holds {format_bytes(held)} in host memory, at or "
+                             f"near its memory_limit of {format_bytes(self.memory_limit)}, because spilling to disk "
                              f"failed: {error}. Free space there, or give the worker a local_directory on a "
                              "disk with room (local_directory=, --local-directory)") from error
+
+    def _near_pause(self) -> bool:
+        """Whether this process uses 90% of the memory at which distributed pauses its worker."""
+        pause = dask.config.get("distributed.worker.memory.pause")
+        if not pause:
+            return False
+        import psutil
+
+        return psutil.Process().memory_info().rss >= PAUSE_MARGIN * pause * self.memory_limit
 
     def __getitem__(self, key):
         with self._lock:
