@@ -6,6 +6,8 @@ way has the same environment, name, resources, limits and plugins.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Sequence
 
@@ -22,6 +24,8 @@ from dask_gpu.memory.store import DeviceHostDiskStore
 from dask_gpu.options import WorkerOptions
 from dask_gpu.parse import device_memory_bytes, fraction_bytes
 from dask_gpu.plugins import GPUWorker
+
+logger = logging.getLogger("dask_gpu")
 
 
 def worker_env(devices: Sequence[tuple[str, Device]], position: int) -> dict:
@@ -59,7 +63,7 @@ def gpu_worker_spec(
         device_memory_limit=device_limit,
         cpu_affinity=usable_cores(device.cpu_affinity) if options.cpu_affinity else (),
         pre_import=options.pre_import,
-        allocator=resolve_allocator(**options.allocator, device_memory=device.memory_total),
+        allocator=_allocator(options, device),
         cudf_spill=(options.cudf_spill, options.cudf_spill_stats),
         warm_cudf=start.wanted(device.simulated),
     )
@@ -74,6 +78,20 @@ def gpu_worker_spec(
     if device.simulated:  # distributed's own GPU monitor must not look for a device that isn't there
         spec["options"]["config"] = {**spec["options"].get("config", {}), "distributed.diagnostics.nvml": False}
     return spec
+
+
+def _allocator(options: WorkerOptions, device: Device):
+    """The device's allocator options; a simulated device needs no RMM, and sets none up: RMM's keywords are
+    checked, not refused where RMM is missing (dask-cuda code tried first on a laptop)."""
+    resolved = resolve_allocator(**options.allocator, device_memory=device.memory_total, installed=not device.simulated)
+    if device.simulated and resolved.allocator == "rmm":
+        _say_once("RMM's keywords are checked and ignored on simulated devices (gpu.simulate): no RMM is set up")
+    return resolved
+
+
+@functools.cache
+def _say_once(line: str) -> None:
+    logger.warning(line)
 
 
 def cpu_worker_spec(index: int, options: WorkerOptions, n_workers: int, nthreads: int) -> dict:

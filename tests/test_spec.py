@@ -173,6 +173,22 @@ def test_gpu_worker_cpu_affinity_only_allowed_cores():
     assert plugin.cpu_affinity == (ALLOWED_CORES[0],)
 
 
+def test_rmm_keywords_on_simulated_devices_are_checked_then_ignored_where_rmm_is_missing(selected, monkeypatch,
+                                                                                           caplog):
+    from dask_gpu.memory import allocator
+
+    monkeypatch.setattr(allocator, "find_spec", lambda name, *a: None)  # no RMM here, as on a laptop
+    spec._say_once.cache_clear()
+    with caplog.at_level("WARNING", logger="dask_gpu"):
+        assert gpu_plugin(build(selected, rmm_pool_size="1GB")).allocator.allocator == "rmm"
+    assert "RMM's keywords are checked and ignored on simulated devices" in caplog.text
+    with pytest.raises(ValueError, match="rmm_pool_size='lots' is not a size"):
+        build(selected, rmm_pool_size="lots")  # checked all the same
+    real = [("0", devices.Device(0, "A", "GPU-a", 2**34))]
+    with pytest.raises(ValueError, match="rmm package is not installed"):
+        spec.gpu_worker_spec(real, 0, WorkerOptions.resolve(rmm_pool_size="1GB"), 1)  # a real GPU needs it
+
+
 def test_gpu_worker_pre_import(selected):
     assert gpu_plugin(build(selected, pre_import="json")).pre_import == ("json",)
 
