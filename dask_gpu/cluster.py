@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib
+import inspect
 import logging
+import os
+import sys
 from importlib.util import find_spec
 
 import dask
@@ -144,6 +148,7 @@ class LocalCUDACluster(SpecCluster):
         # every keyword as given (super() puts __class__ among the locals), resolved in one place
         given = {k: v for k, v in locals().items()
                  if k not in ("self", "kwargs", "CUDA_VISIBLE_DEVICES", "n_workers", "__class__")}
+        check_main_guard()
         self.devices = devices.select(devices.discover(), CUDA_VISIBLE_DEVICES)
         shuffle_mode(), partition_size()  # bad gpu.shuffle or gpu.partition-size: an error now, not in a task
         options = self.cluster_options = ClusterOptions.resolve(**given, **kwargs)
@@ -244,6 +249,33 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
+
+
+def check_main_guard() -> None:
+    """Refuse, in one line, a cluster started by a script's top-level code outside ``if __name__ == "__main__":``.
+
+    Each worker process is spawned: it imports the script again, which would start a cluster of its own,
+    and distributed would then print a trace per worker ending in "Nanny failed to start". Only a script run
+    as a file is read (not a notebook, ``python -c`` or a REPL), and only where workers are spawned.
+    """
+    if dask.config.get("distributed.worker.multiprocessing-method") == "fork":
+        return
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    frame = inspect.currentframe().f_back
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in (
+            "__main__", "__mp_main__") and frame.f_code.co_filename == script):
+        frame = frame.f_back
+    if frame is None or not os.path.isfile(script):
+        return
+    line = frame.f_lineno
+    with open(script, encoding="utf-8", errors="replace") as f:
+        tree = ast.parse(f.read(), script)
+    guarded = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+                  and node.lineno <= line <= node.end_lineno for node in tree.body)
+    if not guarded:
+        raise RuntimeError(f"{script}, line {line}, starts a LocalCUDACluster outside `if __name__ == \"__main__\":`; "
+                           "each worker process imports the script again: put the code that starts the cluster "
+                           "under that guard")
 
 
 async def attach_dashboard(scheduler, prefix: str = "/") -> bool:

@@ -273,3 +273,43 @@ def test_spill_cudf_sets_cudf_options_and_starts_a_manager_it_lacks(monkeypatch)
     spill_cudf(True, 2)
     assert options["spill"] is True and options["spill_stats"] == 2
     assert calls == [("manager", {"device_memory_limit": None, "statistic_level": 2}), "on demand"]
+
+
+GUARDED = '''from distributed import Client
+from dask_gpu import LocalCUDACluster
+
+
+def main():
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        print(client.submit(sum, [1, 2]).result())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("script, line", [
+    (GUARDED.replace('if __name__ == "__main__":\n    main()', "main()"), 10),  # a top-level call, unguarded
+    (GUARDED.replace('if __name__ == "__main__":', "if True:"), 11),
+    ("from dask_gpu import LocalCUDACluster\ncluster = LocalCUDACluster(dashboard_address=False)\n", 2),
+    (GUARDED, None),
+])
+def test_a_script_that_starts_a_cluster_without_the_main_guard_is_told_so_in_one_line(tmp_path, script, line):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DASK_GPU__SIMULATE": "1"})
+    if line is None:
+        assert done.returncode == 0 and done.stdout.strip() == "3", done.stderr
+        return
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (f'RuntimeError: {path}, line {line}, starts a LocalCUDACluster outside `if __name__ == "__main__":`'
+                    "; each worker process imports the script again: put the code that starts the cluster under "
+                    "that guard")
+    assert "Nanny" not in done.stderr and len(done.stderr.splitlines()) < 15  # it was 198 lines, 12 tracebacks
