@@ -153,15 +153,16 @@ def bind(options: dict, scheduler: str, extra: dict) -> dict:
     machine reaches the scheduler from (127.0.0.1 for a scheduler on loopback), never every interface unasked."""
     if extra.get("listen_address"):
         return options  # it names the host and port itself
-    options = dict(options)
     try:
         if options.get("interface"):
             host = get_ip_interface(options["interface"])
         else:
-            host = options.setdefault("host", None) or get_ip(get_address_host(scheduler))
-            options["host"] = host
+            host = options.get("host") or get_ip(get_address_host(scheduler))
     except (OSError, ValueError):  # no route or an odd address: distributed's choice
         return options
+    options = dict(options)
+    if not options.get("interface"):
+        options["host"] = host
     if options.get("dashboard"):
         options["dashboard_address"] = parse.on_host(options.get("dashboard_address", ":0"), host)
     return options
