@@ -26,8 +26,7 @@ def tables(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def answers(tables):
-    con = data.connect()
-    return {n: data.reference(con, tables, n, SCALE) for n in data.QUERIES}
+    return data.answers(tables, SCALE, data.QUERIES)
 
 
 class Tables:
@@ -191,7 +190,7 @@ def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simula
     monkeypatch.setattr(data, "ROWS_PER_FILE", 12_000)  # lineitem in 5 files, orders in 2
     path = str(tmp_path / "tpch")
     data.generate(path, SCALE)
-    con = data.connect()
+    want = data.answers(path, SCALE, data.QUERIES)
     simulate(["80GB", "80GB"])
     plan = suite.plan("small", SCALE, path, engines="pandas")
     target = sizing.stored_bytes(data.files(path, "lineitem")) // 4
@@ -201,7 +200,7 @@ def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simula
             engine = suite._Dask(plan, client, split=False)
             assert engine.read("lineitem").npartitions == 4 and engine.read("orders").npartitions == 2
             wrong = {n: why for n in data.QUERIES
-                     if (why := data.same(engine.run(n), data.reference(con, path, n, SCALE)))}
+                     if (why := data.same(engine.run(n), want[n]))}
         shuffles = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["dask-gpu-shuffle"].shuffles)
     assert not wrong, wrong
     assert shuffles > 0  # joins and group-bys crossed the two workers through the device shuffle's run

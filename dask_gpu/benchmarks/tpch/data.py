@@ -175,6 +175,12 @@ def reference(con, path: str, number: int, scale: float):
     return con.execute(sql(con, number, scale)).df()
 
 
+def answers(path: str, scale: float, numbers) -> dict:
+    """DuckDB's answer to each of the queries ``numbers`` over the files under ``path``, on one connection."""
+    con = connect()
+    return {n: reference(con, path, n, scale) for n in numbers}
+
+
 def same(got, want, rtol: float = 1e-6) -> str | None:
     """Why ``got`` (a pandas frame) is not ``want``'s answer, or None where it is. Columns are compared by
     position (names differ between engines), rows in order: every query ends in an ORDER BY. Floats agree to
