@@ -78,12 +78,9 @@ def _scheduler_kwargs(given, what: str) -> None:
             raise TypeError(f"{what}: {key!r} is not a keyword of distributed's Scheduler{close(key, sorted(known))}")
 
 
-_CLUSTER_CHECKS = {
-    "host": local_host,
-    "interface": interface,
+_CLUSTER_CHECKS = {  # host, interface and silence_logs are the workers' too, and checked as theirs
     "scheduler_port": port,
     "dashboard_address": dashboard_address,
-    "silence_logs": log_level,
     **dict.fromkeys(["asynchronous", "shutdown_on_close", "shutdown_scheduler", "processes"], flag),
     "scheduler_sync_interval": seconds,
     "scheduler_kwargs": _scheduler_kwargs,

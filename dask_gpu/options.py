@@ -155,8 +155,8 @@ class ClusterOptions:
             host = "127.0.0.1"
         spec_cluster = {k: worker.pop(k) for k in list(worker) if k in SPEC_CLUSTER_KEYWORDS}
         dashboard_address = config.get("dashboard_address", dashboard_address)
-        checks.cluster_keywords({"host": host, "interface": interface, "scheduler_port": scheduler_port,
-                                 "dashboard_address": dashboard_address, "silence_logs": silence_logs,
+        # host, interface and silence_logs go to every worker too: checked once, with the workers' keywords
+        checks.cluster_keywords({"scheduler_port": scheduler_port, "dashboard_address": dashboard_address,
                                  "scheduler_kwargs": scheduler_kwargs, "processes": worker.get("processes"),
                                  **spec_cluster}, "LocalCUDACluster")
         workers = WorkerOptions.resolve(
