@@ -40,22 +40,19 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="dask-cuda-suite-") as work:
         wheel = args.wheel or download(args.version, work)
         tests = extract(wheel, os.path.join(work, "tests"))
-        env = dict(os.environ)
-        if not real_gpus():
-            env["DASK_GPU__SIMULATE"] = str(args.simulate)
+        simulated = None if real_gpus() else args.simulate
+        python, paths = python_beside_dask(work)
+        env = {**os.environ, **paths, **({"DASK_GPU__SIMULATE": str(simulated)} if simulated else {})}
         report = os.path.join(work, "report.xml")
         start = time.perf_counter()
         limit = [f"--timeout={args.timeout}"] if find_spec("pytest_timeout") else []
-        python = python_beside_dask(work)
-        env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
         subprocess.run([python, "-m", "pytest", tests, "-p", "no:cacheprovider", "-q", "-rN",
                         "--continue-on-collection-errors", *limit, f"--junitxml={report}", "-o", "junit_family=xunit2",
                         *args.pytest_args], env=env, cwd=work, check=False)
         if not os.path.exists(report):
             raise SystemExit("pytest wrote no report: see its output above")
         result = summary(report)
-    result.update(dask_cuda=os.path.basename(wheel), simulated=None if real_gpus() else args.simulate,
-                  seconds=round(time.perf_counter() - start, 1))
+    result.update(dask_cuda=os.path.basename(wheel), simulated=simulated, seconds=round(time.perf_counter() - start, 1))
     from dask_gpu.report import machine_dict
 
     result["machine"] = machine_dict()
@@ -94,20 +91,20 @@ def retarget(text: str) -> str:
     return text.replace("dask cuda worker", "dask gpu worker")
 
 
-def python_beside_dask(work: str) -> str:
-    """A Python whose scripts directory holds ``dask``: distributed's ``popen``, with which the tests start
-    ``dask gpu worker``, looks there (a ``--target`` install puts the command elsewhere). This one where it has it;
-    else a virtual environment made for the run, with this one's packages on PYTHONPATH."""
+def python_beside_dask(work: str) -> tuple[str, dict]:
+    """A Python whose scripts directory holds ``dask``, and the environment it needs: distributed's ``popen``,
+    with which the tests start ``dask gpu worker``, looks there (a ``--target`` install puts the command
+    elsewhere). This one where it has it; else a virtual environment made for the run, with this one's packages
+    on PYTHONPATH."""
     if os.path.exists(os.path.join(sysconfig.get_path("scripts"), "dask")):
-        return sys.executable
+        return sys.executable, {}
     venv = os.path.join(work, "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = os.path.join(venv, "bin", "python")
     with open(os.path.join(venv, "bin", "dask"), "w") as f:
         f.write(f'#!/bin/sh\nexec "{python}" -m dask "$@"\n')
     os.chmod(os.path.join(venv, "bin", "dask"), 0o755)
-    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
-    return python
+    return python, {"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
 
 
 def real_gpus() -> bool:
