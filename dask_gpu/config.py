@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import dask
 import yaml
@@ -23,7 +24,13 @@ def get(key: str, value=None):
     """
     if value is not None:
         return value
-    namespace = dask.config.get("gpu", {})
-    if not isinstance(namespace, dict):  # {"gpu": 5}: say so, not "'int' object is not subscriptable"
-        raise ValueError(f"the gpu configuration must map gpu.* keys to values, not {namespace!r}")
+    namespace()
     return dask.config.get(f"gpu.{key.replace('_', '-')}")
+
+
+def namespace() -> Mapping:
+    """The ``gpu`` configuration; {"gpu": 5} is an error that says so, not "'int' object is not subscriptable"."""
+    given = dask.config.get("gpu", {})
+    if not isinstance(given, Mapping):
+        raise ValueError(f"the gpu configuration must map gpu.* keys to values, not {given!r}")
+    return given

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-import dask
 from distributed import SpecCluster
 from distributed.security import Security
 
@@ -214,10 +213,7 @@ def check_allocator_keywords(allocator: Mapping, ucx: Mapping) -> None:
 def check_config_keys():
     """Refuse a ``gpu.*`` key that nothing reads: a misspelled key would be silently ignored."""
     known = sorted(config.defaults["gpu"])
-    given = dask.config.get("gpu", {})
-    if not isinstance(given, Mapping):
-        raise ValueError(f"the gpu configuration must map gpu.* keys to values, not {given!r}")
-    for key in given:
+    for key in config.namespace():
         name = str(key).replace("_", "-")
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
