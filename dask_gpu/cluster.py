@@ -20,7 +20,7 @@ from dask_gpu import devices, parse
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
-from dask_gpu.options import ClusterOptions
+from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 from dask_gpu.warmup import compile_cudf_kernels
@@ -156,7 +156,6 @@ class LocalCUDACluster(SpecCluster):
             n_workers = parse.count(n_workers, "n_workers")
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers, minimum=0 if options.cpu_workers else 1)  # as dask-cuda: at least one worker
-        self.options = options.workers
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
@@ -173,6 +172,11 @@ class LocalCUDACluster(SpecCluster):
             workers[self.devices[position][1].label] = self._spec(position)
         super().__init__(workers=workers, scheduler=self._scheduler_spec(options), worker=self._spec(0),
                          security=options.security, silence_logs=options.silence_logs, **options.spec_cluster)
+
+    @property
+    def options(self) -> WorkerOptions:
+        """Each worker's options (``cluster_options.workers``)."""
+        return self.cluster_options.workers
 
     def _scheduler_spec(self, options: ClusterOptions) -> dict:
         dashboard, host = options.dashboard_address, options.host
