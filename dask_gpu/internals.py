@@ -79,6 +79,14 @@ def spill_buffer_disk(spill_buffer):
     return spill_buffer._slow_uncached
 
 
+def file_name_prefix(key) -> str:
+    """How ``zict.File`` (under distributed's ``AnyKeyFile``) begins the names of a key's files: the key's
+    text, quoted, then "#" and a count of its own."""
+    from urllib.parse import quote
+
+    return quote(str(key), safe="") + "#"
+
+
 # --- cuDF: a frame's columns as pylibcudf columns, and a frame made from them -----------------
 
 def cudf_column_names(frame) -> tuple:

@@ -24,7 +24,6 @@ import os
 import struct
 import zlib
 from importlib.util import find_spec
-from urllib.parse import quote
 
 from distributed.spill import AnyKeyFile
 from distributed.utils import nbytes
@@ -67,7 +66,7 @@ class ChecksummedFile(AnyKeyFile):
     def _remove_unfinished(self, key) -> None:
         """The file a failed write began, empty or cut short, which zict.File keeps no record of: a full disk
         would otherwise fill with them, one each time the worker tries to spill again."""
-        prefix = quote(str(key), safe="") + "#"  # how zict.File names a key's files: its text, quoted, and a count
+        prefix = internals.file_name_prefix(key)
         kept = set(self.filenames.values())
         try:
             names = os.listdir(self.directory)
