@@ -201,9 +201,8 @@ def info(as_json):
 @click.option("--kernel-cache", type=click.Path(file_okay=False),
               help="Directory of compiled kernels  [default: gpu.kernel-cache, else CuPy's own cache]")
 def warmup(kernel_cache):
-    """Compile the seed workloads' GPU kernels, and those of cuDF's first group-by, into this machine's kernel
-    cache, so that no process here compiles them on its first call: once per machine or container image,
-    before the first cluster."""
+    """Compile the seed workloads' GPU kernels into this machine's kernel cache, so that no process here
+    compiles them on its first call: once per machine or container image, before the first cluster."""
     import dask
 
     from dask_gpu import warmup as warmups
@@ -217,8 +216,7 @@ def warmup(kernel_cache):
                                    f"{system.message or 'the devices are simulated (gpu.simulate)'}")
     with dask.config.set({"gpu.kernel-cache": kernel_cache} if kernel_cache else {}):
         try:
-            result = warmups.compile_kernels(status=lambda line: click.echo(f"  {line}"),
-                                             selected=devices.select(system))
+            result = warmups.compile_kernels(status=lambda line: click.echo(f"  {line}"))
         except ValueError as e:  # a kernel cache that cannot be made
             raise click.UsageError(str(e)) from None
     click.echo(f"{result['after']} kernels in {result['directory']} ({result['after'] - result['before']} new)")

@@ -23,7 +23,6 @@ from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
-from dask_gpu.warmup import compile_cudf_kernels
 
 logger = logging.getLogger("dask_gpu")
 
@@ -162,7 +161,6 @@ class LocalCUDACluster(SpecCluster):
         if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
             dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
         self._n_total = len(self.devices) + options.cpu_workers  # host memory is split across all possible workers
-        self._compile, self._compile_for = None, self.devices if n_workers else []
         self._gpu_names = {d.label for _, d in self.devices}
         self._dashboard = bool(options.dashboard_address) and find_spec("bokeh") is not None
         cpu_threads = cpu_worker_threads(len(self.devices), self.options, options.cpu_workers)
@@ -199,7 +197,6 @@ class LocalCUDACluster(SpecCluster):
         }
 
     async def _start(self):
-        self._compile = compile_cudf_kernels(self._compile_for)  # beside the workers' start
         await super()._start()
         if self._dashboard:
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
@@ -207,8 +204,6 @@ class LocalCUDACluster(SpecCluster):
 
     async def _close(self):
         await super()._close()
-        if self._compile is not None:
-            self._compile.stop()
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()
             self._undo_cudf_spill = None

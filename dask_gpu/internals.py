@@ -1,4 +1,4 @@
-"""The one module of dask-gpu that touches private APIs of distributed, dask and cuDF.
+"""The one module of dask-gpu that touches private APIs of distributed, dask, cuDF and CuPy.
 
 The rule: every use of what these libraries keep to themselves (a private module or name, an
 undocumented attribute, cuDF's internals under ``cudf.core``) goes through here, so that a release of
@@ -178,3 +178,13 @@ def cudf_spill_on_demand() -> None:
     from cudf.core.buffer import spill_manager
 
     spill_manager.set_spill_on_demand_globally()
+
+
+# --- CuPy's accelerators ---------------------------------------------------------------------
+
+def drop_cub_block_reductions(cupy) -> None:
+    """Take CUB out of CuPy's reduction kernels in this process (``cupy._core._accelerator``), leaving its
+    routines' CUB (the device-wide reductions and scans precompiled in CuPy's wheel) as it is."""
+    accelerator = cupy._core._accelerator
+    cub = accelerator.ACCELERATOR_CUB
+    accelerator.set_reduction_accelerators([a for a in accelerator.get_reduction_accelerators() if a != cub])

@@ -23,7 +23,6 @@ from dask_gpu import checks, devices, keywords, parse, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import KEYWORDS, WorkerOptions
 from dask_gpu.spec import worker_specs
-from dask_gpu.warmup import compile_cudf_kernels
 
 logger = logging.getLogger("dask_gpu")
 
@@ -76,7 +75,7 @@ class CUDAWorker:
             raise ValueError(reach.no_tls(scheduler, connection))
         self.extra = {"listen_address": listen_address, "contact_address": contact_address} if listen_address else {}
         self.scheduler, self.scheduler_file, self.pid_file = scheduler, scheduler_file, pid_file
-        self.nannies, self._compile = [], None
+        self.nannies = []
         if pid_file:
             try:
                 with open(pid_file, "w") as f:
@@ -90,7 +89,6 @@ class CUDAWorker:
         dask-gpu's device shuffle."""
         if not self.nannies:
             address = await self._reach_scheduler()
-            self._compile = compile_cudf_kernels(self.selected)  # beside the workers' start
             self.nannies = [spec["cls"](address, **bind(spec["options"], address, self.extra), **port, **self.extra)
                             for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
@@ -124,8 +122,6 @@ class CUDAWorker:
     async def close(self, timeout=5):
         await asyncio.gather(*(n.close(timeout=timeout, reason="dask-gpu-worker-exit") for n in self.nannies),
                              return_exceptions=True)
-        if self._compile is not None:
-            self._compile.stop()
         self._remove_pid_file()
 
     def _remove_pid_file(self):

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.abc
-import importlib.util
-import logging
 import os
 import sys
 import time
@@ -15,6 +12,7 @@ import warnings
 from distributed import WorkerPlugin
 
 from dask_gpu import internals
+from dask_gpu.imports import cancel, when_imported
 from dask_gpu.kernel_cache import use_kernel_cache
 
 
@@ -209,10 +207,7 @@ def spill_cudf(on: bool, statistics: int = 0):
                 internals.cudf_spill_on_demand()
 
     def undo():
-        pending = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.callback is configure]
-        for finder in pending:  # cuDF never came: nothing was set
-            sys.meta_path.remove(finder)
-        if not pending and "cudf" in sys.modules:
+        if not cancel(configure) and "cudf" in sys.modules:  # cancelled: cuDF never came, nothing was set
             spill, stats = before or (_env_flag("CUDF_SPILL"), int(os.environ.get("CUDF_SPILL_STATS", "0") or 0))
             spill_cudf(spill, stats)
 
@@ -251,38 +246,3 @@ def pin_threads(cores) -> bool:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         return False
     return True
-
-
-def when_imported(name: str, callback) -> None:
-    """Call ``callback(module)`` once module ``name`` is imported: now if it already is.
-
-    Lets a worker prepare a library (CuPy's allocator) before its first use without
-    paying for its import at start-up, when no task may ever need it.
-    """
-    if name in sys.modules:
-        callback(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, callback))
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    def __init__(self, name: str, callback):
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # once; and let the other finders find the real module
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                try:
-                    self.callback(module)
-                except Exception:  # never break the user's import
-                    logging.getLogger("dask_gpu").exception("preparing %s after its import failed", fullname)
-
-            spec.loader.exec_module = exec_module
-        return spec

@@ -36,9 +36,6 @@ def worker_env(devices: Sequence[tuple[str, Device]], position: int) -> dict:
     defaults = {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # integer indices mean what NVML means by them
         "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import skips its device checks: the first task needs none
-        # NVRTC's precompiled headers: a process parses CUB's headers for its first CuPy kernel that
-        # includes them (5 s), not for each (0.4 s after). They are no part of CuPy's cache key.
-        "CUPY_NVRTC_USE_PCH": "1",
     }
     env.update({name: value for name, value in defaults.items() if name not in os.environ})
     return {**env, **kernel_cache_env()}

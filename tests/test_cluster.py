@@ -228,7 +228,7 @@ def test_a_closed_cluster_gives_the_client_its_cudf_spilling_back(simulate, monk
 def test_a_cluster_closed_before_cudf_came_leaves_nothing_pending(simulate):
     import sys
 
-    from dask_gpu.plugins import _AfterImport
+    from dask_gpu.imports import _AfterImport
 
     def pending():  # hooks waiting for cuDF (a plugin set up in this process by another test may leave one)
         return sum(isinstance(f, _AfterImport) and f.name == "cudf" for f in sys.meta_path)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
 import subprocess
 import sys
 import textwrap
-import time
 import types
 
 import dask
@@ -80,139 +77,77 @@ def test_every_gpu_worker_gets_the_directory(simulate, tmp_path):
             assert set(client.run(worker_cache).values()) == {str(tmp_path / "k")}
 
 
-# -- cuDF's reductions, compiled in processes of their own ---------------------------------------
+# -- CUB's block reductions, which CuPy would compile at first use -------------------------------
 
-FAKE_CUPY = """
-import os, time
-time.sleep(float(os.environ.get("FAKE_CUPY_SLEEP", 0)))
-def zeros(n, dtype):
-    return n
-def _record(op, n):
-    with open(os.path.join(os.environ["FAKE_CUPY_LOG"], f"{os.getpid()}-{op}-{n}"), "w") as f:
-        f.write(" ".join(os.environ.get(k, "-") for k in ("CUDA_VISIBLE_DEVICES", "CUPY_NVRTC_USE_PCH")))
-    if os.environ.get("FAKE_CUPY_FAIL"):
-        raise RuntimeError("no device")
-all = lambda n: _record("all", n)
-any = lambda n: _record("any", n)
-"""
-
-
-@pytest.fixture
-def fake_cupy(tmp_path, monkeypatch):
-    """A ``cupy`` that the compiling processes import, recording each reduction as a file in the log."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "cupy.py").write_text(FAKE_CUPY)
-    (tmp_path / "log").mkdir()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "log"))
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delitem(sys.modules, "cupy.cuda.compiler", raising=False)
-    return tmp_path / "log"
+FAKE_CUPY = {  # a cupy package with CuPy's accelerator switches, as CuPy reads CUPY_ACCELERATORS
+    "__init__.py": "from cupy import _core\n",
+    "_core/__init__.py": "from cupy._core import _accelerator\n",
+    "_core/_accelerator.py": (
+        "import os\n"
+        "ACCELERATOR_CUB, ACCELERATOR_CUTENSOR = 1, 2\n"
+        "_names = {'cub': 1, 'cutensor': 2}\n"
+        "_on = [_names[n] for n in os.environ.get('CUPY_ACCELERATORS', 'cub,cutensor').split(',') if n]\n"
+        "reduction, routine = list(_on), list(_on)\n"
+        "def get_reduction_accelerators(): return reduction\n"
+        "def get_routine_accelerators(): return routine\n"
+        "def set_reduction_accelerators(a):\n"
+        "    global reduction\n"
+        "    reduction = [_names.get(x, x) for x in a]\n"),
+}
 
 
-GPU = {"name": "NVIDIA H100 80GB HBM3", "memory_total": 80 * 10**9}
+def accelerators(tmp_path, code: str, **env) -> list:
+    """The reduction and routine accelerators after ``code``, in a new process with the fake CuPy."""
+    for name, text in FAKE_CUPY.items():
+        (tmp_path / "site" / "cupy" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / "cupy" / name).write_text(text)
+    code += ("; from cupy._core import _accelerator as a; "
+             "print(a.get_reduction_accelerators(), a.get_routine_accelerators())")
+    environ = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+    environ.update(env, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split("\n")[-2]
 
 
-def start(device=GPU):
-    from dask_gpu.warmup import compile_cudf_reductions
-
-    return compile_cudf_reductions(device, {})
-
-
-def test_cudf_reductions_compile_at_once_and_once_a_machine(fake_cupy, tmp_path):
-    from dask_gpu.warmup import CUDF_REDUCTIONS, compile_processes
-
-    start().join(timeout=60)
-    ran = [name.split("-", 1) for name in os.listdir(fake_cupy)]
-    asked = ["-".join(re.match(r"cupy\.(\w+)\(cupy\.zeros\((\d+)", r).groups()) for r in CUDF_REDUCTIONS]
-    assert sorted(op for _, op in ran) == sorted(asked) and len(asked) == 10  # each once
-    assert len({pid for pid, _ in ran}) == compile_processes(GPU) == min(5, max(1, (os.cpu_count() or 2) // 2))
-    assert start() is None  # done on this machine
-    start({**GPU, "name": "NVIDIA A100"}).join(timeout=60)  # another GPU: its own
-    assert not [name for name in os.listdir(tmp_path / "cache") if name.endswith(".lock")]
+def test_importing_dask_gpu_takes_cub_out_of_cupys_reductions_only(tmp_path):
+    assert accelerators(tmp_path, "import cupy") == "[1, 2] [1, 2]"  # CuPy's own default
+    assert accelerators(tmp_path, "import dask_gpu; import cupy") == "[2] [1, 2]"  # CuPy imported later
+    assert accelerators(tmp_path, "import cupy; import dask_gpu") == "[2] [1, 2]"  # CuPy imported first
 
 
-def test_a_small_gpu_compiles_in_fewer_processes(fake_cupy):
-    from dask_gpu.warmup import CUDF_REDUCTIONS
-
-    start({"name": "small", "memory_total": 8 * 10**9}).join(timeout=60)
-    assert len({name.split("-")[0] for name in os.listdir(fake_cupy)}) == 1  # one context on an 8 GB device
-    assert len(os.listdir(fake_cupy)) == len(CUDF_REDUCTIONS)
+def test_cupy_accelerators_chosen_by_the_user_stay(tmp_path):
+    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="cub") == "[1] [1]"
+    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="") == "[] []"
 
 
-def test_a_failed_compile_is_tried_again_at_the_next_start(fake_cupy, monkeypatch):
-    monkeypatch.setenv("FAKE_CUPY_FAIL", "1")
-    start().join(timeout=60)
-    monkeypatch.delenv("FAKE_CUPY_FAIL")
-    start().join(timeout=60)
+def test_a_worker_takes_cub_out_of_its_reductions(simulate, tmp_path, monkeypatch):
+    accelerators(tmp_path, "pass")  # writes the fake CuPy
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))  # the workers' sys.path is this process's
+    monkeypatch.delenv("CUPY_ACCELERATORS", raising=False)
+    simulate(1)
+
+    def reductions():
+        import cupy
+
+        return list(cupy._core._accelerator.get_reduction_accelerators())
+
+    with LocalCUDACluster(dashboard_address=False, processes=True) as cluster, Client(cluster) as client:
+        assert list(client.run(reductions).values()) == [[2]]
 
 
-def test_a_compile_under_way_elsewhere_is_left_to_it_unless_it_died(fake_cupy, tmp_path):
-    from dask_gpu import warmup
-
-    first = start()
-    assert start() is None  # under way: the lock is held
-    first.join(timeout=60)
-    (done,) = [tmp_path / "cache" / name for name in os.listdir(tmp_path / "cache") if name.endswith(".done")]
-    lock = done.with_suffix(".lock")
-    done.rename(lock)
-    old = time.time() - warmup._STALE - 1
-    os.utime(lock, (old, old))  # left by a worker that died
-    start().join(timeout=60)
-    assert done.exists() and not lock.exists()
-
-
-def test_a_cache_that_cannot_be_written_starts_nothing_and_stops_nothing(fake_cupy, tmp_path, monkeypatch):
-    (tmp_path / "file").write_text("")
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "file" / "cache"))
-    assert start() is None and not os.listdir(fake_cupy)
-
-
-def test_a_compile_stopped_leaves_no_process_and_is_done_again_later(fake_cupy, monkeypatch):
-    monkeypatch.setenv("FAKE_CUPY_SLEEP", "60")
-    compile = start()
-    began = time.perf_counter()
-    compile.stop()  # as the cluster closes
-    assert time.perf_counter() - began < 30
-    assert all(process.poll() is not None for process in compile.processes)
-    monkeypatch.delenv("FAKE_CUPY_SLEEP")
-    start().join(timeout=60)  # not done: compiled at the next start
-    assert start() is None
-
-
-def test_they_compile_in_the_first_gpu_workers_environment(fake_cupy, monkeypatch):
-    from dask_gpu import warmup
-    from dask_gpu.devices import Device
-
-    gpus = [(str(i), Device(index=i, name="NVIDIA H100", uuid=f"GPU-{i}", memory_total=80 * 10**9)) for i in (2, 3)]
-    real = importlib.util.find_spec
-    monkeypatch.setattr(warmup, "find_spec", lambda name: object() if name in ("cudf", "cupy") else real(name))
-    monkeypatch.delenv("CUPY_NVRTC_USE_PCH", raising=False)
-    warmup.compile_cudf_kernels(gpus).join(timeout=60)
-    assert {(fake_cupy / name).read_text() for name in os.listdir(fake_cupy)} == {"2,3 1"}  # its GPU first; PCH
-    assert warmup.compile_cudf_kernels([(t, Device(**{**vars(d), "simulated": True})) for t, d in gpus]) is None
-    monkeypatch.setattr(warmup, "find_spec", lambda name: None if name == "cudf" else real(name))
-    assert warmup.compile_cudf_kernels(gpus[::-1]) is None  # no cuDF: nothing to compile for
-
-
-def test_a_cluster_starts_them_as_its_workers_start_and_stops_them_as_it_closes(simulate, monkeypatch):
-    from dask_gpu import cluster
-
-    started = []
-
-    def compile_cudf_kernels(selected):
-        started.append(types.SimpleNamespace(selected=list(selected), stopped=False))
-        started[-1].stop = lambda: setattr(started[-1], "stopped", True)
-        return started[-1]
-
-    monkeypatch.setattr(cluster, "compile_cudf_kernels", compile_cudf_kernels)
-    simulate(2)
-    with LocalCUDACluster(dashboard_address=False) as c:
-        assert [label for _, d in started[0].selected for label in [d.label]] == ["gpu-0", "gpu-1"]
-        assert not started[0].stopped and len(c.workers) == 2
-    assert started[0].stopped
-    with LocalCUDACluster(n_workers=0, cpu_workers=1, dashboard_address=False):
-        assert started[1].selected == []  # no GPU worker: nothing to compile for
+@pytest.mark.gpu
+def test_cupys_first_reductions_compile_no_cub_block_reduction(tmp_path):
+    code = ("import dask_gpu, cupy; from cupy._core import _accelerator as a; x = cupy.random.random((2000, 1500)); "
+            "[r.get() for r in ((x > 0.5).sum(), x.sum(axis=0), x.var(), x.astype('int8').mean(), x.argmax())]; "
+            "print(a.get_reduction_accelerators(), a.get_routine_accelerators())")
+    env = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+    env.update(CUPY_CACHE_DIR=str(tmp_path), CUPY_CACHE_SAVE_CUDA_SOURCE="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["[]", "[1]"]  # CUB's precompiled routines stay
+    sources = [f for f in tmp_path.glob("*.cu")]
+    assert sources and not [f.name for f in sources if "BlockReduce" in f.read_text()]
 
 
 def test_warmup_without_cupy_says_what_to_install(monkeypatch):
@@ -249,8 +184,7 @@ def test_after_warmup_a_new_cluster_compiles_nothing_for_the_seed_workloads(tmp_
     warm = CliRunner().invoke(gpu, ["warmup", "--kernel-cache", str(cache)])
     assert warm.exit_code == 0, warm.output
     kernels = set(os.listdir(cache))
-    ours = {name for name in kernels if name.startswith("dask-gpu-")}  # cuDF's kernels, done (with cuDF)
-    assert kernels and f"{len(kernels - ours)} kernels in {cache}" in warm.output
+    assert kernels and f"{len(kernels)} kernels in {cache}" in warm.output
     script = tmp_path / "seed.py"
     script.write_text(SEED)
     env = {**os.environ, "DASK_GPU__KERNEL_CACHE": str(cache)}
@@ -261,6 +195,7 @@ def test_after_warmup_a_new_cluster_compiles_nothing_for_the_seed_workloads(tmp_
 
 DIVISIONS = textwrap.dedent("""
     import dask, dask.dataframe as dd, numpy as np
+    import dask_gpu
     dask.config.set({"dataframe.backend": "cudf", "scheduler": "sync"})
     for groups in (100, 1000, 5000, 100_000):  # a group-by's mean: dask-cudf divides the sums by the counts
         df = dd.from_dict({"s": np.arange(8 * groups) % groups, "x": np.arange(8 * groups) * 0.5}, npartitions=4)
@@ -270,21 +205,17 @@ DIVISIONS = textwrap.dedent("""
 
 @pytest.mark.gpu
 @pytest.mark.cudf
-def test_after_the_background_compile_cudfs_first_group_by_compiles_no_cub_reduction(tmp_path):
+def test_cudfs_first_group_bys_compile_no_cub_block_reduction(tmp_path):
     def run(code, cache):
-        env = {**os.environ, "CUPY_CACHE_DIR": str(cache), "CUPY_CACHE_SAVE_CUDA_SOURCE": "1"}
+        env = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+        env.update(CUPY_CACHE_DIR=str(cache), CUPY_CACHE_SAVE_CUDA_SOURCE="1")
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
 
     def cub_sources(cache):  # CuPy's CUB reductions, in the sources it keeps beside its kernels
         return {f.name for f in cache.glob("*") if f.suffix == ".cu" and "BlockReduce" in f.read_text()}
 
-    cold, warm = tmp_path / "cold", tmp_path / "warm"
-    run(DIVISIONS, cold)
-    assert cub_sources(cold)  # what the compile saves a first group-by
-    run("from dask_gpu import devices; from dask_gpu.warmup import compile_cudf_kernels; "
-        "compile_cudf_kernels(devices.select(devices.discover())).join()", warm)
-    before = cub_sources(warm)
-    assert before >= cub_sources(cold)
-    run(DIVISIONS, warm)
-    assert cub_sources(warm) == before
+    run("import cupy; cupy.all(cupy.zeros(1024, dtype=bool))", tmp_path / "cupy")
+    assert cub_sources(tmp_path / "cupy")  # CuPy alone compiles one
+    run(DIVISIONS, tmp_path / "dask-gpu")
+    assert (tmp_path / "dask-gpu").is_dir() and not cub_sources(tmp_path / "dask-gpu")

@@ -21,7 +21,6 @@ def _clean_env(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     monkeypatch.delenv("RAPIDS_NO_INITIALIZE", raising=False)
-    monkeypatch.delenv("CUPY_NVRTC_USE_PCH", raising=False)
 
 
 @pytest.fixture
@@ -63,7 +62,6 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import checks nothing: the worker's first task is sooner
-        "CUPY_NVRTC_USE_PCH": "1",  # CUB's headers parsed once a process
     }
     assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
@@ -84,9 +82,9 @@ def test_gpu_worker_spec_uuid_tokens(selected):
 
 def test_cuda_device_order_and_the_other_defaults_not_overridden(selected, monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-    monkeypatch.setenv("CUPY_NVRTC_USE_PCH", "0")
+    monkeypatch.setenv("RAPIDS_NO_INITIALIZE", "0")
     env = build(selected, 0)["options"]["env"]
-    assert "CUDA_DEVICE_ORDER" not in env and "CUPY_NVRTC_USE_PCH" not in env  # the workers inherit the user's
+    assert "CUDA_DEVICE_ORDER" not in env and "RAPIDS_NO_INITIALIZE" not in env  # the workers inherit the user's
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
 
@@ -202,7 +200,6 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "CUDA_VISIBLE_DEVICES": "2,0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",
-        "CUPY_NVRTC_USE_PCH": "1",
     }
     assert opts["plugins"][0] is other
     assert len(opts["plugins"]) == 2

@@ -1,9 +1,11 @@
 """``dask_cuda.utils``: each name maps onto dask-gpu's devices (NVML and simulated devices, MIG, CPU affinity),
-options (sizes and limits), ucx, report and warmup modules. Devices are named as in
-``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID prefix."""
+options (sizes and limits), ucx and report modules; ``wait_workers`` and ``all_to_all`` live here. Devices
+are named as in ``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID prefix."""
 
 import os
 from multiprocessing import cpu_count as get_cpu_count
+
+from distributed import wait
 
 from dask_gpu import config, devices, parse
 from dask_gpu.cuda._absent import absent
@@ -11,7 +13,6 @@ from dask_gpu.report import cluster_dict as get_cluster_configuration
 from dask_gpu.report import print_cluster_config
 from dask_gpu.report import worker_dict as get_worker_config
 from dask_gpu.ucx import get_ucx_config
-from dask_gpu.warmup import _all_to_all, all_to_all, wait_workers
 
 __all__ = [
     "_all_to_all", "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity",
@@ -136,3 +137,30 @@ __getattr__ = absent("utils", {
     **dict.fromkeys(("pretty_print", "pretty_print_str", "pretty_print_dict"), "print_cluster_config prints the "
                     "table; dask_gpu.report.cluster_text formats it"),
 })
+
+
+def wait_workers(client, min_timeout=10, seconds_per_gpu=2, n_gpus=None, timeout_callback=None) -> bool:
+    """Wait until ``n_gpus`` workers (default: one per visible GPU) joined; False (and
+    ``timeout_callback()``) if they did not within ``max(min_timeout, seconds_per_gpu * n_gpus)`` seconds."""
+    n_gpus = n_gpus or get_n_gpus()
+    try:
+        client.wait_for_workers(n_gpus, timeout=max(min_timeout, seconds_per_gpu * n_gpus))
+    except TimeoutError:
+        if callable(timeout_callback):
+            timeout_callback()
+        return False
+    return True
+
+
+def all_to_all(client) -> None:
+    """Make every worker fetch a byte from every worker, so that each pair has connected once."""
+    return client.sync(_all_to_all, client)
+
+
+async def _all_to_all(client) -> None:
+    workers = list((await client.scheduler.identity(n_workers=-1))["workers"])
+    pieces = [client.submit(bytes, 1, workers=[w], allow_other_workers=False, pure=False) for w in workers]
+    await wait(pieces)
+    reads = [client.submit(len, piece, workers=[w], allow_other_workers=False, pure=False)
+             for w in workers for piece in pieces]
+    await wait(reads)
