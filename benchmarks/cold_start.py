@@ -1,20 +1,23 @@
-"""First calls on a new machine: each array expression's first call with dask-gpu's graph pass on and off,
-a second process's first call from the same kernel cache, and the first dataframe groupby against dask-cuda.
+"""First calls on a new machine: each array expression's first call with no cluster and on a new cluster, a second
+process's first call from the same kernel cache, the first dataframe read and group-by, and the steady state.
 
-Every measurement is a fresh Python process with a one-GPU ``LocalCUDACluster`` and a kernel cache of its
-own (``gpu.kernel-cache``, which dask-gpu's workers give CuPy as ``CUPY_CACHE_DIR``):
+Every measurement of a first call is a fresh Python process with a kernel cache of its own
+(``gpu.kernel-cache``, which dask-gpu gives CuPy as ``CUPY_CACHE_DIR``), with dask-gpu's graph pass on:
 
-- ``on``: the pass on, empty cache; ``off``: the pass off (``gpu.array-optimize: false``), empty cache;
-- ``warm``: the pass on, a second process on ``on``'s cache. ``new_kernels`` counts the files it added
-  to the cache: 0 when it found every kernel there;
-- ``after dask gpu warmup``: the seed workload on a cache that only ``dask gpu warmup`` filled.
+- ``local``: no cluster, dask's threaded scheduler in the process, empty cache;
+- ``cluster``: a one-GPU ``LocalCUDACluster``, empty cache;
+- ``warm``: a second process on ``cluster``'s cache. ``new_kernels`` counts the files it added to the
+  cache: 0 when it found every kernel there.
 
-The expressions run on 2000 x 1500 arrays in 500 x 500 chunks (NumPy's random numbers, made on the
-workers, through ``map_blocks(cupy.asarray)``), and the seed workload ``(x + 1)[::2, ::2].sum()`` on a
-10000 x 10000 CuPy ``RandomState`` array. The groupby comes from ``first_call.py`` (dask-gpu against
-dask-cuda, alternating).
+The expressions run on 2000 x 1500 arrays in 500 x 500 chunks (NumPy's random numbers, made where the chunks
+are computed, through ``map_blocks(cupy.asarray)``), and the seed workload ``(x + 1)[::2, ::2].sum()`` on a
+10000 x 10000 CuPy ``RandomState`` array. The dataframe's first read and group-by come from ``first_call.py``
+(dask-gpu, cuDF alone in one process, and dask-cuda where installed). ``--steady`` measures, side by side,
+warm runs with CuPy's reductions as dask-gpu sets them (no CUB block reductions) and with CuPy's default
+(``CUPY_ACCELERATORS=cub``): the seed's 2 TB workload, CuPy reductions and dask-cuDF operations.
 
-    python benchmarks/cold_start.py [--only NAME ...] [--groupby-rows 20000000] [--out FILE]
+    python benchmarks/cold_start.py [--only NAME ...] [--modes local,cluster,warm] [--groupby-rows 20000000]
+                                    [--steady] [--out FILE]
 """
 
 from __future__ import annotations
@@ -47,27 +50,91 @@ from dask_gpu import LocalCUDACluster
 from dask_gpu.kernel_cache import cupy_cache_dir
 
 
+def first_calls(expression, client=None):
+    import cupy
+    rng = da.random.default_rng(0)
+    x = rng.random((2000, 1500), chunks=500).map_blocks(cupy.asarray)
+    i8 = rng.integers(-100, 100, (2000, 1500), dtype="int8", chunks=500).map_blocks(cupy.asarray)
+    seed = da.random.RandomState(RandomState=cupy.random.RandomState, seed=0).normal(
+        10, 0.1, size=(10000, 10000), chunks=(2500, 2500))
+    x, i8 = client.persist([x, i8]) if client else dask.persist(x, i8)  # the inputs on the GPU first
+    wait([x, i8]) if client else None
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        value = eval(expression).compute()
+        times.append(time.perf_counter() - start)
+    return times, value
+
+
 if __name__ == "__main__":
-    expression, optimize = sys.argv[1], sys.argv[2] == "on"
-    with dask.config.set({"gpu.array-optimize": optimize}):
+    expression, mode = sys.argv[1], sys.argv[2]
+    if mode == "local":
+        (times, value), cache = first_calls(expression), cupy_cache_dir()
+    else:
         with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
-            import cupy
-            rng = da.random.default_rng(0)
-            x = rng.random((2000, 1500), chunks=500).map_blocks(cupy.asarray)
-            i8 = rng.integers(-100, 100, (2000, 1500), dtype="int8", chunks=500).map_blocks(cupy.asarray)
-            seed = da.random.RandomState(RandomState=cupy.random.RandomState, seed=0).normal(
-                10, 0.1, size=(10000, 10000), chunks=(2500, 2500))
-            x, i8 = client.persist([x, i8])  # the inputs on the GPU: the clock is for the expression alone
-            wait([x, i8])
+            times, value = first_calls(expression, client)
             (cache,) = client.run(cupy_cache_dir).values()
-            times = []
-            for _ in range(2):
-                start = time.perf_counter()
-                value = eval(expression).compute()
-                times.append(time.perf_counter() - start)
     value = value.get() if hasattr(value, "get") else value  # CuPy's result, to the host
     print(json.dumps({"first": times[0], "second": times[1], "value": np.asarray(value).tolist(),
                       "cache": cache}))
+"""
+
+STEADY = r"""
+import json, sys, time
+import dask, dask.array as da, numpy as np
+from distributed import Client, wait
+from dask_gpu import LocalCUDACluster
+
+
+def best(f, runs):
+    f()  # warm
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def reductions():
+    import cupy
+    return list(cupy._core._accelerator.get_reduction_accelerators())
+
+
+if __name__ == "__main__":
+    size, rows = int(sys.argv[1]), int(sys.argv[2])
+    out = {}
+    with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        import cupy
+        (out["reduction accelerators"],) = client.run(reductions).values()
+        rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+        x = rs.normal(10, 1, size=(size, size), chunks=(10000, 10000))
+        out["seed 2 TB"] = best(lambda: float((x + 1)[::2, ::2].sum().compute()), 1)
+        y = client.persist(da.random.default_rng(0).random((20000, 20000), chunks=5000).map_blocks(cupy.asarray))
+        wait(y)
+        for name, expr in {"y.sum(axis=0)": lambda: y.sum(axis=0), "(y > 0.5).sum()": lambda: (y > 0.5).sum(),
+                           "y.var()": lambda: y.var(), "y.argmax()": lambda: y.argmax(),
+                           "y.mean(axis=1)": lambda: y.mean(axis=1)}.items():
+            out[name] = best(lambda: expr().compute(), 3)
+        try:
+            import dask_cudf  # noqa: F401
+        except ImportError:
+            rows = 0
+        if rows:
+            import dask.dataframe as dd
+            with dask.config.set({"dataframe.backend": "cudf"}):
+                n = np.arange(rows)
+                df = client.persist(dd.from_dict({"s": n % 1000, "k": n % 100_000, "x": np.sin(n)}, npartitions=4))
+                right = client.persist(dd.from_dict({"k": np.arange(100_000), "w": np.cos(np.arange(100_000))},
+                                                    npartitions=1))
+                wait([df, right])
+                out["groupby(s).agg(x: sum, mean)"] = best(
+                    lambda: df.groupby("s").agg({"x": ["sum", "mean"]}).compute(), 3)
+                out["merge(right, on=k).w.sum()"] = best(lambda: df.merge(right, on="k").w.sum().compute(), 3)
+                out["x / (s + 1), mean"] = best(lambda: (df.x / (df.s + 1)).mean().compute(), 3)
+                out["sort_values(x), persist"] = best(lambda: wait(client.persist(df.sort_values("x"))), 3)
+    print(json.dumps(out))
 """
 
 
@@ -83,7 +150,7 @@ def files(directory: str) -> int:
 
 def environ(cache: str) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's dask_gpu, not another
-    return {**os.environ, "DASK_GPU__KERNEL_CACHE": cache,
+    return {**os.environ, "DASK_GPU__KERNEL_CACHE": cache, "CUPY_CACHE_DIR": cache,  # workers; this process
             "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
@@ -91,7 +158,7 @@ def run(probe: str, expression: str, mode: str, cache: str) -> dict:
     env = environ(cache)
     before = files(cache)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, probe, expression, "off" if mode == "off" else "on"], env=env,
+    done = subprocess.run([sys.executable, probe, expression, "local" if mode == "local" else "cluster"], env=env,
                           capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     out = json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
@@ -99,27 +166,58 @@ def run(probe: str, expression: str, mode: str, cache: str) -> dict:
     return out
 
 
+def steady(tmp: str, size: int, rows: int, rounds: int = 2) -> dict:
+    """Warm runs with dask-gpu's choice of CuPy's reductions and with CuPy's default, alternating."""
+    probe = os.path.join(tmp, "steady.py")
+    with open(probe, "w") as f:
+        f.write(STEADY)
+    settings = {"dask-gpu (no CUB block reductions)": {}, "CuPy's default (CUPY_ACCELERATORS=cub)":
+                {"CUPY_ACCELERATORS": "cub"}}
+    out = {name: [] for name in settings}
+    for _ in range(rounds):
+        for name, extra in settings.items():
+            env = {**environ(os.path.join(tmp, "cache-steady")), **extra}
+            if not extra:
+                env.pop("CUPY_ACCELERATORS", None)
+            done = subprocess.run([sys.executable, probe, str(size), str(rows)], env=env, capture_output=True,
+                                  text=True, timeout=600)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            out[name].append(json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]})
+            print("steady", name, json.dumps(out[name][-1]), flush=True)
+    best = {name: {k: min(r[k] for r in runs if k in r) for k in runs[0] if isinstance(runs[0][k], float)}
+            for name, runs in out.items() if runs and "error" not in runs[0]}
+    if len(best) == 2:
+        ours, default = best.values()
+        best["ratio (dask-gpu / CuPy's default)"] = {k: ours[k] / default[k] for k in ours if k in default}
+    return {"runs": out, "best": best, "size": size, "rows": rows}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(EXPRESSIONS), help="these expressions only")
-    parser.add_argument("--groupby-rows", type=int, default=20_000_000, help="0: no dataframe groupby")
+    parser.add_argument("--modes", default="local,cluster,warm", help="of local, cluster, warm (after cluster)")
+    parser.add_argument("--groupby-rows", type=int, default=20_000_000, help="0: no dataframe read and group-by")
+    parser.add_argument("--steady", action="store_true", help="also the steady state, side by side")
+    parser.add_argument("--steady-size", type=int, default=500_000, help="side of the seed's array (2 TB)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     from dask_gpu.report import machine_dict
 
-    result = {"machine": machine_dict(), "expressions": {}}
+    modes = args.modes.split(",")
+    result = {"machine": machine_dict(), "modes": modes, "expressions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         probe = os.path.join(tmp, "probe.py")
         with open(probe, "w") as f:
             f.write(PROBE)
         for i, name in enumerate(args.only or EXPRESSIONS):
-            caches = {mode: os.path.join(tmp, f"cache-{i}-{mode}") for mode in ("on", "off")}
             row = {}
-            for mode, cache in [("off", caches["off"]), ("on", caches["on"]), ("warm", caches["on"])]:
+            for mode in modes:  # warm: a second process on the cluster's cache
+                cache = os.path.join(tmp, f"cache-{i}-{'cluster' if mode == 'warm' else mode}")
                 row[mode] = run(probe, EXPRESSIONS[name], mode, cache)
-            if all("first" in r for r in row.values()):
-                row["on - off"] = row["on"]["first"] - row["off"]["first"]
-                row["same value"] = same(row["on"]["value"], row["off"]["value"])
+            values = [r["value"] for r in row.values() if "value" in r]
+            row["same value"] = len(values) == len(modes) and all(same(v, values[0]) for v in values)
+            row["slowest first call"] = max((r.get("first", float("inf")) for r in row.values()
+                                             if isinstance(r, dict)), default=None)
             result["expressions"][name] = row
             print(name, json.dumps(row), flush=True)
         if "seed 10000 x 10000" in (args.only or EXPRESSIONS):  # dask gpu warmup first, then a new cluster
@@ -132,12 +230,14 @@ def main(argv=None) -> dict:
             row.update(run(probe, EXPRESSIONS["seed 10000 x 10000"], "warm", cache))
             result["after dask gpu warmup"] = row
             print("after dask gpu warmup", json.dumps(row), flush=True)
+        if args.steady:
+            result["steady"] = steady(tmp, args.steady_size, args.groupby_rows)
     if args.groupby_rows:
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path.insert(0, here)
         import first_call
 
-        result["groupby"] = first_call.main(["--rows", str(args.groupby_rows), "--repeat", "1"])
+        result["dataframe"] = first_call.main(["--rows", str(args.groupby_rows), "--repeat", "1"])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,9 +1,10 @@
-"""The first dataframe computation on a new cluster: dask-gpu against dask-cuda, each in a fresh process.
+"""The first dataframe computation on a new cluster: dask-gpu against cuDF alone and dask-cuda, each in a fresh process.
 
 Each run starts a one-GPU cluster in a new process with an empty CuPy kernel cache (``CUPY_CACHE_DIR``)
 (``cluster``: until its worker is up), reads a parquet dataset onto the GPU (``read``: the cluster's first
 task), then times the first ``groupby(s).agg({"x": ["sum", "mean"]})`` and the second; ``total`` is the
-first three, from the cluster's start to the first answer. Where cuDF is imported (in the worker's start
+first three, from the cluster's start to the first answer. ``cudf`` is cuDF alone in one process: its
+import, its read of the same files, and the same group-by. Where cuDF is imported (in the worker's start
 or its first task) differs between packages: ``total`` counts it wherever it is. Packages alternate, so that
 the machine's noise falls on both; the JSON has every run and the machine.
 
@@ -23,16 +24,32 @@ from importlib.util import find_spec
 
 PROBE = r"""
 import json, sys, time
-import dask, dask.dataframe as dd
-from distributed import Client, wait
 package, data = sys.argv[1], sys.argv[2]
-if package == "dask-gpu":
-    from dask_gpu import LocalCUDACluster
-else:
-    from dask_cuda import LocalCUDACluster
 
-if __name__ == "__main__":
-    out = {"package": package}
+
+def cudf_alone(out):
+    start = time.perf_counter()
+    import cudf
+    out["import"] = time.perf_counter() - start
+    start = time.perf_counter()
+    df = cudf.read_parquet(data)
+    len(df)
+    out["read"] = time.perf_counter() - start
+    for name in ("first", "second"):
+        start = time.perf_counter()
+        result = df.groupby("s").agg({"x": ["sum", "mean"]}).to_pandas()
+        out[name] = time.perf_counter() - start
+    out["groups"] = len(result)
+    out["total"] = out["import"] + out["read"] + out["first"]
+
+
+def on_a_cluster(out):
+    import dask, dask.dataframe as dd
+    from distributed import Client, wait
+    if package == "dask-gpu":
+        from dask_gpu import LocalCUDACluster
+    else:
+        from dask_cuda import LocalCUDACluster
     start = time.perf_counter()
     with dask.config.set({"dataframe.backend": "cudf"}), \
             LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
@@ -47,6 +64,11 @@ if __name__ == "__main__":
             out[name] = time.perf_counter() - start
         out["groups"] = len(result)
         out["total"] = out["cluster"] + out["read"] + out["first"]
+
+
+if __name__ == "__main__":
+    out = {"package": package}
+    cudf_alone(out) if package == "cudf" else on_a_cluster(out)
     print(json.dumps(out))
 """
 
@@ -71,7 +93,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     from dask_gpu.report import machine_dict
 
-    packages = ["dask-gpu"] + (["dask-cuda"] if find_spec("dask_cuda") else [])
+    packages = ["dask-gpu", "cudf"] + (["dask-cuda"] if find_spec("dask_cuda") else [])
     result = {"rows": args.rows, "machine": machine_dict(), "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
@@ -90,7 +112,8 @@ def main(argv=None) -> dict:
                 print(json.dumps(run), flush=True)
     result["median"] = {
         package: {key: statistics.median(r[key] for r in result["runs"] if r["package"] == package and key in r)
-                  for key in ("cluster", "read", "first", "second", "total")}
+                  for key in ("import", "cluster", "read", "first", "second", "total")
+                  if any(key in r for r in result["runs"] if r["package"] == package)}
         for package in packages if any("first" in r for r in result["runs"] if r["package"] == package)
     }
     print(json.dumps(result["median"], indent=1))

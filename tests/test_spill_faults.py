@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import signal
+import time
 
 import dask
 import numpy as np
@@ -207,6 +208,54 @@ def test_a_write_the_full_disk_refuses_leaves_no_file_behind(disk_store, monkeyp
     assert [int(store[f"x{i}"].sum()) for i in range(10) if f"x{i}" in store] == [4950] * len(store)
 
 
+def device_value(kind: str, fill: int, nbytes: int = 400):
+    return make_cupy(fill) if kind == "cupy" else standin_device.make(nbytes, fill)
+
+
+def as_numpy(value) -> np.ndarray:
+    return value.get() if hasattr(value, "get") else getattr(value, "values", value)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("stand-in", id="stand-in device"),
+                                  pytest.param("cupy", marks=pytest.mark.gpu, id="cupy")])
+@pytest.mark.parametrize("fault", ["disk full", "directory gone"])
+def test_device_data_over_a_failing_disk_stays_in_memory_to_the_limit_then_is_refused_by_name(tmp_path, kind, fault,
+                                                                                              monkeypatch):
+    """Values go device -> host -> disk, and the disk fails: what the host tier can hold stays there, what it
+    cannot is refused naming the directory, within seconds; every accepted value reads back whole, no
+    half-written file stays, and spilling resumes once the disk works."""
+    nbytes = NBYTES if kind == "cupy" else 400
+    with dask.config.set({"distributed.worker.memory.pause": False}):  # this process is far past the limit
+        store = DeviceHostDiskStore(device_memory_limit=2 * nbytes, memory_limit=5 * nbytes // 2,
+                                    worker_local_directory=str(tmp_path))
+    if fault == "disk full":
+        monkeypatch.setattr(zict.file, "open", FullDisk, raising=False)
+    else:  # the directory was removed and something else took its name
+        os.rmdir(store._directory)
+        open(store._directory, "w").close()
+    began, kept, refused = time.monotonic(), {}, []
+    for i in range(8):
+        try:
+            store[f"x{i}"] = device_value(kind, i, nbytes)
+            kept[f"x{i}"] = i
+        except SpillFileError as e:
+            refused.append(str(e))
+    assert time.monotonic() - began < 30
+    assert refused and all(f"under {store._directory}" in why for why in refused), refused
+    assert len(kept) >= 3 and not store.disk and store.metrics()["disk-write-errors"] >= 1
+    for key, fill in kept.items():
+        assert np.array_equal(as_numpy(store[key]), np.full(nbytes, fill, dtype="uint8")), key
+    if fault == "disk full":
+        assert not os.listdir(store._directory)  # each half-written file was removed as its write failed
+        monkeypatch.undo()
+        for key in list(kept)[:2]:
+            del store[key]
+        for i in range(8, 12):
+            store[f"x{i}"] = device_value(kind, i, nbytes)
+        assert store.disk and np.array_equal(as_numpy(store["x11"]), np.full(nbytes, 11, dtype="uint8"))
+    store.close()
+
+
 # --- a cluster: the disk fills or turns read-only while it spills --------------------------------------------
 
 
@@ -242,6 +291,29 @@ def mend_disk():
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["disk full", "read-only"])
 def test_a_disk_that_fails_during_a_spilling_workload_fails_tasks_naming_it_and_loses_nothing(spilling_cluster, code):
     cluster, client = spilling_cluster
+    disk_fails_during_a_spilling_workload(client, code, make, standin_device.total)
+
+
+def make_cupy(i):
+    import cupy
+
+    return cupy.full(NBYTES, i % 256, dtype="uint8")
+
+
+def total_cupy(x) -> int:
+    return int(x.sum(dtype="int64"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["disk full", "read-only"])
+def test_a_disk_that_fails_under_cupy_data_fails_tasks_naming_it_and_loses_nothing(code):
+    """The same, with CuPy arrays on a real GPU: they move device -> host -> disk as the stand-ins do."""
+    with dask.config.set(SPILLING), LocalCUDACluster(n_workers=1, device_memory_limit="1MB", memory_limit="4MB",
+                                                     dashboard_address=False) as cluster, Client(cluster) as client:
+        disk_fails_during_a_spilling_workload(client, code, make_cupy, total_cupy)
+
+
+def disk_fails_during_a_spilling_workload(client, code, make, total):
     (pid,) = client.run(os.getpid).values()
     before = client.map(make, range(20), pure=False)  # 4 MB: 1 on the device, 2 in host memory, 1 on disk
     wait(before)
@@ -265,14 +337,14 @@ def test_a_disk_that_fails_during_a_spilling_workload_fails_tasks_naming_it_and_
     assert list(client.run(os.getpid).values()) == [pid]  # the worker stays up
 
     def totals(futures):
-        return client.gather(client.map(standin_device.total, futures, pure=False))
+        return client.gather(client.map(total, futures, pure=False))
 
     values = {f.key: i for i, f in enumerate([*before, *during])}
     ok = [*before, *stored]
     want = [NBYTES * (values[f.key] % 256) for f in ok]
     # everything stored reads back right, the disk still refusing: read where it lies, the worker's host memory
     # stays at its limit (a new result would be refused there)
-    assert [standin_device.total(x) for x in client.gather(ok)] == want
+    assert [total(x) for x in client.gather(ok)] == want
     assert memory_stats(client)["gpu-0"]["host-bytes"] <= 4_000_000
     client.run(mend_disk)
     del during, failed  # room again: the refused ones run again and spill as they should
