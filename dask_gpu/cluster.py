@@ -22,6 +22,7 @@ from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
+from dask_gpu.scheduler import MemoryDeaths
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
@@ -29,13 +30,15 @@ logger = logging.getLogger("dask_gpu")
 class GPUScheduler(Scheduler):
     """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here,
     Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`),
-    and dataframe shuffles of cuDF partitions run on the device (:mod:`dask_gpu.dataframe.scheduler`)."""
+    dataframe shuffles of cuDF partitions run on the device (:mod:`dask_gpu.dataframe.scheduler`),
+    and the plugins of :mod:`dask_gpu.scheduler`."""
 
     def __init__(self, *args, worker_saturation=None, **kwargs):
         chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
         with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
         self.add_plugin(DeviceShuffles())
+        self.add_plugin(MemoryDeaths())
         quiet_shuffle_logs()
 
     async def update_graph(self, *args, **kwargs):

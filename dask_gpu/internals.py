@@ -38,6 +38,10 @@ _LAZY = {
 # distributed's scheduler plugin for P2P shuffles logs under its module's name
 SHUFFLE_LOGGER = "distributed.shuffle._scheduler_plugin"
 
+# the event a nanny logs on the scheduler just before it terminates its worker for exceeding
+# distributed.worker.memory.terminate: {"worker": address, "pid": ..., "rss": bytes}
+MEMORY_RESTART_EVENT = "worker-restart-memory"
+
 
 def __getattr__(name: str):
     try:
@@ -71,6 +75,15 @@ def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
         "disk": False,
         "loop": worker.loop,
     }
+
+
+def removed_worker(topic, msg):
+    """The address of the worker a scheduler event says was removed, with the keys it was running; None for
+    another event. distributed's ``Scheduler.remove_worker`` logs it under "all", after erring the tasks that
+    have killed too many workers, before the others run again."""
+    if topic == "all" and isinstance(msg, dict) and msg.get("action") == "remove-worker":
+        return msg.get("worker"), msg.get("processing-tasks", ())
+    return None
 
 
 def spill_buffer_disk(spill_buffer):

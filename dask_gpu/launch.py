@@ -22,6 +22,7 @@ from distributed.utils import get_ip, get_ip_interface
 from dask_gpu import checks, devices, keywords, parse, reach
 from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import KEYWORDS, WorkerOptions
+from dask_gpu.scheduler import register as register_memory_deaths
 from dask_gpu.spec import worker_specs
 
 logger = logging.getLogger("dask_gpu")
@@ -86,14 +87,15 @@ class CUDAWorker:
 
     async def start(self):
         """Find and reach the scheduler, start every Nanny (in this event loop), and give the scheduler
-        dask-gpu's device shuffle."""
+        dask-gpu's device shuffle and its note on workers restarted for memory."""
         if not self.nannies:
             address = await self._reach_scheduler()
             self.nannies = [spec["cls"](address, **bind(spec["options"], address, self.extra), **port, **self.extra)
                             for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
-        if self.nannies:  # a scheduler started by ``dask scheduler`` has no device shuffle of its own
+        if self.nannies:  # a scheduler started by ``dask scheduler`` has none of dask-gpu's plugins
             await register_device_shuffles(self.nannies[0].scheduler)
+            await register_memory_deaths(self.nannies[0].scheduler)
         return self
 
     async def _reach_scheduler(self) -> str:

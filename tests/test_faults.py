@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
@@ -20,7 +21,7 @@ import psutil
 import pytest
 import standin_device
 from conftest import wait_for_file
-from distributed import Client, get_worker, wait
+from distributed import Client, KilledWorker, get_worker, wait
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.memory.allocator import DeviceMemoryError, allocate_with_spill
@@ -118,6 +119,31 @@ def test_gpu_device_out_of_memory_fails_that_task_and_the_worker_serves_the_next
             client.submit(too_much).result(timeout=60)
         assert client.submit(lambda x: int(x.sum()), kept).result(timeout=30) == (10**6 - 1) * 10**6 // 2
         assert list(client.run(os.getpid).values()) == [pid]
+
+
+# --- host memory exhausted: the nanny restarts the worker -----------------------------------------
+
+
+def hold_600_mb():
+    held = np.ones(600 * 10**6 // 8)
+    time.sleep(5)  # the nanny restarts the worker meanwhile
+    return held.sum()
+
+
+def test_a_task_whose_workers_exceed_their_memory_limit_says_so(simulate):
+    simulate(2)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            LocalCUDACluster(memory_limit="300MiB", dashboard_address=False) as cluster, Client(cluster) as client:
+        direct = client.submit(hold_600_mb, pure=False)
+        dependent = client.submit(slow_square, client.submit(hold_600_mb, pure=False))
+        for future in (direct, dependent):
+            with pytest.raises(KilledWorker) as info:
+                future.result(timeout=60)
+            message = "".join(traceback.format_exception_only(info.value))
+            assert "all 2 workers running it were restarted for exceeding their memory limit " \
+                   "(memory_limit=300.00 MiB): give workers more memory" in message
+            assert len(message.splitlines()) <= 5
+        assert client.submit(slow_square, 4).result(timeout=30) == 16  # the restarted workers serve the next
 
 
 # --- a full or broken spill disk ----------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""The scheduler's side of a GPU cluster: plugins that make distributed's answers read in a GPU cluster's terms.
+
+- :class:`MemoryDeaths`: a task whose workers were restarted for exceeding their memory limit ends in a
+  ``KilledWorker`` that says so (distributed's says only that the workers died).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from dask.utils import format_bytes
+from distributed import KilledWorker
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.protocol.pickle import dumps, loads
+
+from dask_gpu import internals
+
+logger = logging.getLogger("dask_gpu")
+
+
+class MemoryDeaths(SchedulerPlugin):
+    """Adds a note to the ``KilledWorker`` of a task whose workers died for exceeding their memory limit.
+
+    A nanny that terminates its worker for memory (``distributed.worker.memory.terminate``) logs an event
+    on the scheduler first; the scheduler removes the worker once its process is gone, and errs a task
+    that has killed too many workers (``allowed-failures``) with a ``KilledWorker`` made there. The event
+    comes first: the nanny sends it as it sends SIGTERM, and a process over its memory limit takes longer
+    to exit (one that comes late leaves distributed's error as it is). The note goes into the task's exception as the task errs, so that its dependents carry it,
+    and the task itself, whose message to its clients is already made, is reported again.
+    """
+
+    name = "dask-gpu-memory-deaths"
+    idempotent = True
+
+    def __init__(self):
+        self.scheduler = None
+        self.limits = {}  # address -> memory limit, of workers being restarted for memory
+        self.deaths = Counter()  # key -> its earlier tries that ended in a restart for memory
+        self.noted = []  # keys whose KilledWorker got the note, to report again
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def log_event(self, topic, msg) -> None:
+        if self.scheduler is None:
+            return
+        if topic == internals.MEMORY_RESTART_EVENT and isinstance(msg, dict):
+            ws = self.scheduler.workers.get(msg.get("worker"))
+            if ws is not None:
+                self.limits[ws.address] = ws.memory_limit
+        elif (removed := internals.removed_worker(topic, msg)) and removed[0] in self.limits:
+            # the tasks that will run again (a task that erred here has its note already)
+            tasks = self.scheduler.tasks
+            self.deaths.update(key for key in removed[1] if key in tasks and tasks[key].state == "processing")
+
+    def transition(self, key, start, finish, *args, worker=None, exception=None, **kwargs) -> None:
+        if finish not in ("memory", "erred", "forgotten"):
+            return
+        earlier = self.deaths.pop(key, 0)
+        if finish == "erred" and worker in self.limits and isinstance(exception, bytes):
+            try:
+                error = loads(exception)
+            except Exception:  # a task's own error, from a module the scheduler lacks: not a KilledWorker
+                return
+            if isinstance(error, KilledWorker):
+                error.add_note(memory_note(earlier + 1, error.allowed_failures + 1, self.limits[worker]))
+                self.scheduler.tasks[key].exception = dumps(error)
+                self.noted.append(key)
+
+    def remove_worker(self, scheduler, worker, **kwargs) -> None:
+        # after the worker's tasks erred: their clients get the noted exception after distributed's
+        self.limits.pop(worker, None)
+        for key in self.noted:
+            ts = scheduler.tasks.get(key)
+            if ts is not None and ts.state == "erred":
+                scheduler.report({"op": "task-erred", "key": key, "exception": ts.exception,
+                                  "traceback": ts.traceback}, ts=ts)
+        self.noted.clear()
+
+
+def memory_note(deaths: int, tries: int, memory_limit: int) -> str:
+    """What to tell of a task ``deaths`` of whose ``tries`` ended in its worker's restart for memory."""
+    if tries == 1:
+        who = "the worker running it was restarted for exceeding its"
+    elif deaths >= tries:
+        who = f"all {tries} workers running it were restarted for exceeding their"
+    else:
+        who = f"{deaths} of the {tries} workers running it were restarted for exceeding their"
+    return (f"{who} memory limit (memory_limit={format_bytes(memory_limit)}): give workers more memory "
+            "(memory_limit=) or make partitions smaller")
+
+
+async def register(scheduler_rpc) -> None:
+    """Add :class:`MemoryDeaths` to a scheduler that dask-gpu did not start (``dask gpu worker``); where the
+    scheduler refuses it, its KilledWorker errors stay as distributed makes them."""
+    try:
+        await scheduler_rpc.register_scheduler_plugin(plugin=dumps(MemoryDeaths()), name=MemoryDeaths.name,
+                                                      idempotent=True)
+    except Exception as e:  # e.g. a scheduler that refuses pickled plugins: the shuffle's plugin warns of it
+        logger.info("the scheduler did not take dask-gpu's plugin %s: %s", MemoryDeaths.name, e)
