@@ -22,7 +22,7 @@ from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
-from dask_gpu.scheduler import MemoryDeaths
+from dask_gpu.scheduler import DeviceIndices, MemoryDeaths
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
 
 logger = logging.getLogger("dask_gpu")
@@ -31,14 +31,16 @@ class GPUScheduler(Scheduler):
     """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here,
     Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`),
     dataframe shuffles of cuDF partitions run on the device (:mod:`dask_gpu.dataframe.scheduler`),
-    and the plugins of :mod:`dask_gpu.scheduler`."""
+    and the plugins of :mod:`dask_gpu.scheduler` (``device_indices``: GPU worker name -> its device's index)."""
 
-    def __init__(self, *args, worker_saturation=None, **kwargs):
+    def __init__(self, *args, worker_saturation=None, device_indices=None, **kwargs):
         chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
         with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
         self.add_plugin(DeviceShuffles())
         self.add_plugin(MemoryDeaths())
+        if device_indices:
+            self.add_plugin(DeviceIndices(device_indices))
         quiet_shuffle_logs()
 
     async def update_graph(self, *args, **kwargs):
@@ -185,6 +187,8 @@ class LocalCUDACluster(SpecCluster):
             "cls": GPUScheduler,
             "options": {
                 "worker_saturation": options.worker_saturation,
+                # dask-cuda's worker names, as aliases; not for MIG instances, which share their GPU's index
+                "device_indices": {d.label: d.index for _, d in self.devices if d.mig_index is None},
                 "host": host,
                 "port": options.scheduler_port,
                 "interface": options.interface,

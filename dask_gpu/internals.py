@@ -77,6 +77,22 @@ def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
     }
 
 
+def worker_alias(scheduler, alias):
+    """The worker address that ``alias`` stands for on the scheduler (a worker's name is one), or None."""
+    return scheduler.aliases.get(alias)
+
+
+def add_worker_alias(scheduler, alias, address: str) -> None:
+    """Have the scheduler take ``alias`` wherever it takes a worker's address (``workers=``)."""
+    scheduler.aliases[alias] = address
+
+
+def remove_worker_alias(scheduler, alias, address: str) -> None:
+    """Forget ``alias``, where it still stands for ``address``."""
+    if scheduler.aliases.get(alias) == address:
+        del scheduler.aliases[alias]
+
+
 def removed_worker(topic, msg):
     """The address of the worker a scheduler event says was removed, with the keys it was running; None for
     another event. distributed's ``Scheduler.remove_worker`` logs it under "all", after erring the tasks that

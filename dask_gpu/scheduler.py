@@ -2,6 +2,7 @@
 
 - :class:`MemoryDeaths`: a task whose workers were restarted for exceeding their memory limit ends in a
   ``KilledWorker`` that says so (distributed's says only that the workers died).
+- :class:`DeviceIndices`: ``workers=[0]``, dask-cuda's name for the worker of GPU 0, finds that worker.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ class MemoryDeaths(SchedulerPlugin):
     on the scheduler first; the scheduler removes the worker once its process is gone, and errs a task
     that has killed too many workers (``allowed-failures``) with a ``KilledWorker`` made there. The event
     comes first: the nanny sends it as it sends SIGTERM, and a process over its memory limit takes longer
-    to exit (one that comes late leaves distributed's error as it is). The note goes into the task's exception as the task errs, so that its dependents carry it,
-    and the task itself, whose message to its clients is already made, is reported again.
+    to exit (one that comes late leaves distributed's error as it is). The note goes into the task's
+    exception as the task errs, so that its dependents carry it, and the task itself, whose message to
+    its clients is already made, is reported again.
     """
 
     name = "dask-gpu-memory-deaths"
@@ -89,6 +91,33 @@ def memory_note(deaths: int, tries: int, memory_limit: int) -> str:
         who = f"{deaths} of the {tries} workers running it were restarted for exceeding their"
     return (f"{who} memory limit (memory_limit={format_bytes(memory_limit)}): give workers more memory "
             "(memory_limit=) or make partitions smaller")
+
+
+class DeviceIndices(SchedulerPlugin):
+    """Each GPU worker's device index as an alias of its address: ``workers=[0]`` means the worker of GPU 0.
+
+    dask-cuda's LocalCUDACluster named its workers by device index; dask-gpu's are ``gpu-0``, ``gpu-1``.
+    An index is taken only where nothing else on the scheduler has it as a name or alias; while it is
+    taken, a worker that comes with that name is refused as a duplicate, as distributed refuses names.
+    """
+
+    name = "dask-gpu-device-indices"
+    idempotent = True
+
+    def __init__(self, indices):
+        self.indices = dict(indices)  # worker name -> its device's index
+        self.aliased = {}  # index -> address, the aliases this plugin made
+
+    def add_worker(self, scheduler, worker: str) -> None:
+        index = self.indices.get(scheduler.workers[worker].name)
+        if index is not None and internals.worker_alias(scheduler, index) is None:
+            internals.add_worker_alias(scheduler, index, worker)
+            self.aliased[index] = worker
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        for index in [i for i, address in self.aliased.items() if address == worker]:
+            internals.remove_worker_alias(scheduler, index, worker)
+            del self.aliased[index]
 
 
 async def register(scheduler_rpc) -> None:

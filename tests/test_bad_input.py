@@ -13,6 +13,7 @@ import contextlib
 import math
 import re
 import string
+import time
 import warnings
 from importlib.util import find_spec
 from unittest import mock
@@ -681,3 +682,32 @@ def test_config_file(tmp_path, text, match):
     with dask.config.set({f"gpu.{key}": value for key, value in loaded["gpu"].items()}):
         with pytest.raises(ValueError, match=match):
             WorkerOptions.resolve()
+
+
+# -- dask-cuda's habits ------------------------------------------------------------------------
+
+
+def worker_name():
+    from distributed import get_worker
+
+    return get_worker().name
+
+
+def wait_for(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_workers_given_as_device_indices_as_dask_cuda_named_them():
+    from distributed import Client
+
+    with dask.config.set({"gpu.simulate": 2}), LocalCUDACluster(dashboard_address=False) as cluster, \
+            Client(cluster) as client:
+        assert client.submit(worker_name, workers=[1], pure=False).result(timeout=30) == "gpu-1"
+        assert client.submit(worker_name, workers=0, pure=False).result(timeout=30) == "gpu-0"
+        cluster.scale(1)  # gpu-1 goes, and its index with it: 1 is no worker, as in distributed
+        wait_for(lambda: len(cluster.scheduler.workers) == 1)
+        with pytest.raises(TypeError, match="got 1"):
+            client.submit(worker_name, workers=[1], pure=False).result(timeout=30)
