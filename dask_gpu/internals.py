@@ -42,6 +42,9 @@ SHUFFLE_LOGGER = "distributed.shuffle._scheduler_plugin"
 # distributed.worker.memory.terminate: {"worker": address, "pid": ..., "rss": bytes}
 MEMORY_RESTART_EVENT = "worker-restart-memory"
 
+# what a worker logs, with a trace, where a heartbeat to its scheduler fails
+HEARTBEAT_FAILED = "Failed to communicate with scheduler during heartbeat."
+
 
 def __getattr__(name: str):
     try:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import sys
 import time
 import warnings
+import weakref
 
 from distributed import WorkerPlugin
+from distributed.core import Status
 
 from dask_gpu import internals
 from dask_gpu.imports import cancel, when_imported
@@ -83,6 +86,40 @@ class GPUWorker(WorkerPlugin):
             "allocator": self.allocator.describe() if self.allocator is not None else None,
             "cudf_spill": self.cudf_spill[0],
         }
+
+
+class QuietClose(WorkerPlugin):
+    """Keeps a closing worker's failed heartbeat out of the log; every worker, GPU or CPU, has it.
+
+    A heartbeat under way as the worker closes fails when the worker closes its connections, and
+    distributed logs that with a trace of 40 lines: a cluster of many workers on few cores, which
+    close slowly, printed one per worker. A heartbeat that fails while the worker runs still shows.
+    The filter stays until the process ends: the worker closes its connections after its plugins.
+    """
+
+    name = "dask-gpu-quiet-close"
+
+    def setup(self, worker):
+        _CLOSING_HEARTBEATS.workers.add(worker)
+        log = logging.getLogger("distributed.worker")
+        if _CLOSING_HEARTBEATS not in log.filters:
+            log.addFilter(_CLOSING_HEARTBEATS)
+
+
+class _ClosingHeartbeats(logging.Filter):
+    """Drops distributed's failed-heartbeat record while a worker of this process closes."""
+
+    CLOSING = (Status.closing, Status.closing_gracefully, Status.closed)
+
+    def __init__(self):
+        super().__init__()
+        self.workers = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != internals.HEARTBEAT_FAILED or not any(w.status in self.CLOSING for w in self.workers)
+
+
+_CLOSING_HEARTBEATS = _ClosingHeartbeats()
 
 
 def forget_lost_key(worker, key, tries: int = 100) -> None:

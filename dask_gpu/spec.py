@@ -23,7 +23,7 @@ from dask_gpu.memory.allocator import resolve_allocator
 from dask_gpu.memory.store import DeviceHostDiskStore
 from dask_gpu.options import WorkerOptions
 from dask_gpu.parse import device_memory_bytes, fraction_bytes
-from dask_gpu.plugins import GPUWorker
+from dask_gpu.plugins import GPUWorker, QuietClose
 
 logger = logging.getLogger("dask_gpu")
 
@@ -139,7 +139,7 @@ def _nanny(options: WorkerOptions, n_workers, name, nthreads, resources, env, pl
         "memory_limit": host_memory_limit(options.memory_limit, n_workers),
         "resources": resources,
         "env": {**extra.pop("env", {}), **env},
-        "plugins": (*extra.pop("plugins", ()), *([plugin] if plugin else [])),
+        "plugins": (*extra.pop("plugins", ()), *([plugin] if plugin else []), QuietClose()),
         **extra,
     }
     if options.local_directory:

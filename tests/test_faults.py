@@ -5,6 +5,7 @@ Without a GPU, simulated devices and a stand-in device type (``standin_device``)
 worker, store and allocator code; the ``gpu`` tests repeat what needs real device memory.
 """
 
+import asyncio
 import errno
 import os
 import signal
@@ -144,6 +145,37 @@ def test_a_task_whose_workers_exceed_their_memory_limit_says_so(simulate):
                    "(memory_limit=300.00 MiB): give workers more memory" in message
             assert len(message.splitlines()) <= 5
         assert client.submit(slow_square, 4).result(timeout=30) == 16  # the restarted workers serve the next
+
+
+# --- closing many workers ------------------------------------------------------------------------
+
+
+def slow_heartbeats(scheduler, seconds):
+    """The scheduler answers each heartbeat after ``seconds`` (``seconds=None``: with an OSError): as on a busy
+    machine, every worker has one under way."""
+    answer = scheduler.handlers["heartbeat_worker"]
+
+    async def slow(*args, **kwargs):
+        if seconds is None:
+            raise OSError("no answer")
+        await asyncio.sleep(seconds)
+        return answer(*args, **kwargs)
+
+    scheduler.handlers["heartbeat_worker"] = slow
+
+
+def test_closing_many_workers_logs_no_heartbeat_trace_and_a_failing_heartbeat_still_shows(simulate, capfd):
+    simulate(12)
+    with LocalCUDACluster(memory_limit="1GB", dashboard_address=False) as cluster, Client(cluster) as client:
+        assert sum(client.gather(client.map(slow_square, range(24)))) == sum(i * i for i in range(24))
+        slow_heartbeats(cluster.scheduler, None)
+        wait_for(lambda: "Failed to communicate with scheduler during heartbeat" in capfd.readouterr().err,
+                 timeout=30, what="a failing heartbeat in the log")
+        slow_heartbeats(cluster.scheduler, 60)
+        time.sleep(1.5)  # each worker's next heartbeat (every second) is under way, with no answer
+        capfd.readouterr()
+    closing = capfd.readouterr().err
+    assert "Traceback" not in closing and "heartbeat" not in closing, closing
 
 
 # --- a full or broken spill disk ----------------------------------------------------------------

@@ -11,7 +11,7 @@ from distributed.system import MEMORY_LIMIT
 from dask_gpu import devices, spec
 from dask_gpu.devices import SIMULATED_MEMORY
 from dask_gpu.options import WorkerOptions
-from dask_gpu.plugins import GPUWorker, pin_threads
+from dask_gpu.plugins import GPUWorker, QuietClose, pin_threads
 
 ALLOWED_CORES = sorted(os.sched_getaffinity(0))
 
@@ -202,8 +202,8 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "RAPIDS_NO_INITIALIZE": "True",
     }
     assert opts["plugins"][0] is other
-    assert len(opts["plugins"]) == 2
-    assert isinstance(opts["plugins"][1], GPUWorker)
+    assert len(opts["plugins"]) == 3
+    assert isinstance(opts["plugins"][1], GPUWorker) and isinstance(opts["plugins"][2], QuietClose)
     assert opts["death_timeout"] == 30
 
 
@@ -212,7 +212,7 @@ def test_gpu_worker_extra_not_consumed(selected):
     first = spec.gpu_worker_spec(selected, 0, opts, 3)
     second = spec.gpu_worker_spec(selected, 1, opts, 3)
     assert first["options"]["env"]["A"] == second["options"]["env"]["A"] == "1"
-    assert len(first["options"]["plugins"]) == len(second["options"]["plugins"]) == 2
+    assert len(first["options"]["plugins"]) == len(second["options"]["plugins"]) == 3
     assert set(opts.extra) == {"env", "plugins"}
 
 
@@ -251,6 +251,7 @@ def test_cpu_worker_spec(resources, expected):
     assert s["options"]["resources"] == expected
     assert s["options"]["memory_limit"] == MEMORY_LIMIT // 4
     assert not any(isinstance(p, GPUWorker) for p in s["options"]["plugins"])
+    assert any(isinstance(p, QuietClose) for p in s["options"]["plugins"])
 
 
 def test_cpu_worker_name_index():
