@@ -199,6 +199,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--groupby-rows", type=int, default=20_000_000, help="0: no dataframe read and group-by")
     parser.add_argument("--steady", action="store_true", help="also the steady state, side by side")
     parser.add_argument("--steady-size", type=int, default=500_000, help="side of the seed's array (2 TB)")
+    parser.add_argument("--steady-rounds", type=int, default=2, help="runs of each setting, alternating")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     from dask_gpu.report import machine_dict
@@ -231,7 +232,7 @@ def main(argv=None) -> dict:
             result["after dask gpu warmup"] = row
             print("after dask gpu warmup", json.dumps(row), flush=True)
         if args.steady:
-            result["steady"] = steady(tmp, args.steady_size, args.groupby_rows)
+            result["steady"] = steady(tmp, args.steady_size, args.groupby_rows, args.steady_rounds)
     if args.groupby_rows:
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path.insert(0, here)

@@ -79,6 +79,9 @@ CHAINS = [
     lambda x: np.sqrt(np.abs(x * 2.5 - 1))[3:, ::-2].max(),
     lambda x: (x[::2] * x[1::2]).min(),
     lambda x: (x.astype("f4") + 1)[::3].sum(dtype="f8"),
+    lambda x: (x > 10.5).sum(),  # a count: booleans summed as integers
+    lambda x: (x[::2] <= x[1::2]).mean(),
+    lambda x: ((x * 0 + 3) == 3)[:, ::3].sum() + (x != x).sum(),
 ]
 
 
@@ -183,6 +186,9 @@ def test_the_seed_code_with_cupy_randomstate_fuses_and_agrees():
         lambda x: (x[::2] * x[1::2]).min(),
         lambda x: (x.astype("f4") + 1)[::3].sum(),
         lambda x: (x - 10)[::2].sum(axis=0),
+        lambda x: (x > 10.5).sum(),
+        lambda x: (x[::2] <= x[1::2]).mean(),
+        lambda x: ((x * 0 + 3) == 3)[:, ::3].sum() + (x != x).sum(),
     ],
 )
 def test_dask_gpu_random_on_the_gpu_agrees_with_numpy(workload):

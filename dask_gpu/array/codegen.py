@@ -27,6 +27,7 @@ CTYPES = {
     "uint8": "unsigned char", "bool": "bool",
 }
 BINARY = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "divide": "/"}
+COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 CALLS = {
     "sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh",
     "exp2": "exp2", "log2": "log2", "log10": "log10", "expm1": "expm1", "log1p": "log1p", "floor": "floor",
@@ -106,8 +107,8 @@ class Sym:
             a, b = args
             pick = ">" if name == "maximum" else "<"
             return self.builder.let(dtype, f"(({a} {pick} {b} || {a} != {a}) ? {a} : {b})")
-        if name in ("less", "less_equal", "greater", "greater_equal"):
-            ops = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
+        if name in COMPARISONS:
+            ops = COMPARISONS
             common = np.result_type(*map(_dummy, inputs))
             a, b = (_text(x, common) for x in inputs)
             return self.builder.let(dtype, f"{a} {ops[name]} {b}")
@@ -129,6 +130,8 @@ class Sym:
     __pow__, __rpow__ = _binary(np.power), _binary(np.power, True)
     __lt__, __le__ = _binary(np.less), _binary(np.less_equal)
     __gt__, __ge__ = _binary(np.greater), _binary(np.greater_equal)
+    __eq__, __ne__ = _binary(np.equal), _binary(np.not_equal)
+    __hash__ = object.__hash__
     __neg__ = lambda self: np.negative(self)  # noqa: E731
     __pos__ = lambda self: np.positive(self)  # noqa: E731
     __abs__ = lambda self: np.absolute(self)  # noqa: E731

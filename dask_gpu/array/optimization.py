@@ -38,7 +38,8 @@ from dask_gpu.memory.collector import collector_paused
 
 # Python's operators as dask's elementwise tasks call them; a Sym answers each as NumPy's ufunc.
 ELEMENTWISE = frozenset(
-    {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos, operator.abs, operator.pow}
+    {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos, operator.abs, operator.pow,
+     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne}
 )
 
 
