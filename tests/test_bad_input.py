@@ -5,6 +5,9 @@ worker-port ranges, the ``dask gpu worker`` command line and the ``gpu.*`` confi
 input each parser returns a value of the right type and range, or raises ValueError (exit code 2
 through the CLI) whose message names the value, or for a composite value its bad part: never
 another exception, a hang, or nonsense (nan, a negative size, a unit without a number) accepted.
+
+Last, dask-cuda's habits: ``workers=[0]`` finds the worker of GPU 0, and ``dask cuda`` without dask-cuda
+names the ``dask gpu`` command to run.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import contextlib
 import math
 import re
 import string
+import subprocess
+import sys
 import time
 import warnings
+from importlib import metadata
 from importlib.util import find_spec
 from unittest import mock
 
@@ -711,3 +717,33 @@ def test_workers_given_as_device_indices_as_dask_cuda_named_them():
         wait_for(lambda: len(cluster.scheduler.workers) == 1)
         with pytest.raises(TypeError, match="got 1"):
             client.submit(worker_name, workers=[1], pure=False).result(timeout=30)
+
+
+def test_dask_cuda_names_dask_gpu_where_dask_cuda_is_not_installed(monkeypatch):
+    from dask_gpu.cuda import cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    result = CliRunner().invoke(cli.cuda, ["worker", "tcp://127.0.0.1:8786", "--rmm-pool-size", "1GB"])
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: dask-cuda is not installed; dask-gpu's equivalent is: "
+                             "dask gpu worker tcp://127.0.0.1:8786 --rmm-pool-size 1GB\n")
+    assert "dask gpu worker" in CliRunner().invoke(cli.cuda, []).stderr
+    # where dask-cuda is installed, dask gets a hidden command of another name: dask-cuda's runs, and dask,
+    # which warns on every run where two commands share a name, has no reason to
+    dask_cuda = metadata.EntryPoint("cuda", "dask_cuda.cli:cuda", "dask_cli")
+    monkeypatch.setattr(cli, "entry_points", lambda group: [dask_cuda, metadata.EntryPoint("cuda", cli.ENTRY_POINT,
+                                                                                          "dask_cli")])
+    assert cli.cuda.name != "cuda" and cli.cuda.hidden
+
+
+def test_dask_cuda_through_the_dask_command():
+    installed = [ep.value for ep in metadata.entry_points(group="dask_cli") if ep.name == "cuda"]
+    assert "dask_gpu.cuda.cli:cuda" in installed, "pyproject.toml's entry points need a reinstall: pip install -e ."
+    command = ["dask", "cuda", "worker", "tcp://127.0.0.1:8786", "--help"]
+    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-m", *command], capture_output=True,
+                            text=True, timeout=60)
+    if find_spec("dask_cuda") is None:
+        assert (result.returncode, result.stderr) == (2, "Error: dask-cuda is not installed; dask-gpu's equivalent "
+                                                         "is: dask gpu worker tcp://127.0.0.1:8786 --help\n")
+    else:  # dask-cuda's own, with no warning of two commands named cuda
+        assert result.returncode == 0 and "dask gpu" not in result.stderr, result.stderr
