@@ -300,3 +300,27 @@ def test_dataframe_and_delayed_graphs_never_reach_the_gpu_pass(monkeypatch):
     assert df.groupby("s").x.sum().compute().sum() == 4950
     assert dask.delayed(sum)([1, 2, 3]).compute() == 6
     assert float(da.ones(100, chunks=10).sum().compute()) == 100  # NumPy chunks: dask's own graph, untouched
+
+
+def test_a_computed_future_of_cupy_data_is_gpu_data():
+    cupy_array = type("ndarray", (), {"__module__": "cupy"})
+    future = type("Future", (), {"__module__": "distributed.client", "type": cupy_array})()
+    pending = type("Future", (), {"__module__": "distributed.client", "type": None})()
+    numpy_future = type("Future", (), {"__module__": "distributed.client", "type": np.ndarray})()
+    assert plan._is_cupy(future) and not plan._is_cupy(pending) and not plan._is_cupy(numpy_future)
+
+
+@gpu
+def test_persisted_cupy_chunks_fuse_on_a_cluster():
+    import cupy
+    from distributed import Client, wait
+
+    from dask_gpu import LocalCUDACluster
+
+    with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster):
+        x = da.random.default_rng(5).random((3000, 2000), chunks=1000)
+        y = x.map_blocks(cupy.asarray).persist()
+        wait(y)
+        for workload in [lambda a: (a > 0.5).sum(), lambda a: (a * 2 + 1)[::2].mean()]:
+            assert fused_tasks(optimized(workload(y)))  # the client knows the chunks are CuPy's
+            assert np.allclose(float(workload(y).compute()), float(workload(x).compute()), rtol=1e-9)

@@ -116,7 +116,11 @@ def reseeded_random(cls, method, state, size, args, kwargs):
 
 
 def _is_cupy(value) -> bool:
-    return _cupy_module(type(value).__module__)
+    """CuPy data, or a distributed future of it: a persisted chunk, whose type the client knows once computed."""
+    kind = type(value)
+    if kind.__name__ == "Future" and kind.__module__.startswith("distributed"):
+        kind = getattr(value, "type", None) or kind
+    return _cupy_module(kind.__module__)
 
 
 @functools.cache
