@@ -212,7 +212,7 @@ def cudf_spill_on_demand() -> None:
     spill_manager.set_spill_on_demand_globally()
 
 
-# --- CuPy's accelerators ---------------------------------------------------------------------
+# --- CuPy's accelerators and compiler --------------------------------------------------------
 
 def drop_cub_block_reductions(cupy) -> None:
     """Take CUB out of CuPy's reduction kernels in this process (``cupy._core._accelerator``), leaving its
@@ -220,3 +220,9 @@ def drop_cub_block_reductions(cupy) -> None:
     accelerator = cupy._core._accelerator
     cub = accelerator.ACCELERATOR_CUB
     accelerator.set_reduction_accelerators([a for a in accelerator.get_reduction_accelerators() if a != cub])
+
+
+def use_nvrtc_pch(cupy) -> None:
+    """Have NVRTC precompile CuPy's headers once in this process (what ``CUPY_NVRTC_USE_PCH=1`` asks for,
+    which CuPy reads once, as it is imported)."""
+    cupy.cuda.compiler._use_pch = True

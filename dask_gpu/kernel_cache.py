@@ -10,8 +10,10 @@ first compiled.
 What is compiled at all matters more. CuPy's reductions run, by default, as CUB block reductions, which
 NVRTC compiles with CUB's headers at their first use: 4 to 12 s for each dtype and block size, 45 s for a
 first ``(x > 0.5).sum()``. :func:`compile_less` has CuPy use its own reduction kernels instead, which
-compile in a fraction of a second, in every process that imports dask-gpu: the client with dask's local
-schedulers, and every worker. CUB's device-wide reductions, precompiled in CuPy's wheel, stay.
+compile in a fraction of a second, and NVRTC parse CuPy's headers once a process rather than once a kernel
+(its precompiled headers), in every process that imports dask-gpu: the client with dask's local
+schedulers, and every worker. CUB's device-wide reductions, precompiled in CuPy's wheel, stay;
+``CUPY_ACCELERATORS`` and ``CUPY_NVRTC_USE_PCH``, where set, are left as chosen.
 """
 
 from __future__ import annotations
@@ -63,7 +65,12 @@ def use_kernel_cache(directory: str | None = None) -> None:
 
 
 def compile_less() -> None:
-    """Once CuPy is imported in this process (now, if it is), take CUB's block reductions out of its reductions,
-    unless ``CUPY_ACCELERATORS`` chose CuPy's accelerators."""
+    """Once CuPy is imported in this process (now, if it is), :func:`_compile_less`."""
+    when_imported("cupy", _compile_less)
+
+
+def _compile_less(cupy) -> None:
     if "CUPY_ACCELERATORS" not in os.environ:
-        when_imported("cupy", internals.drop_cub_block_reductions)
+        internals.drop_cub_block_reductions(cupy)
+    if "CUPY_NVRTC_USE_PCH" not in os.environ:
+        internals.use_nvrtc_pch(cupy)

@@ -80,7 +80,9 @@ def test_every_gpu_worker_gets_the_directory(simulate, tmp_path):
 # -- CUB's block reductions, which CuPy would compile at first use -------------------------------
 
 FAKE_CUPY = {  # a cupy package with CuPy's accelerator switches, as CuPy reads CUPY_ACCELERATORS
-    "__init__.py": "from cupy import _core\n",
+    "__init__.py": "from cupy import _core, cuda\n",
+    "cuda/__init__.py": "from cupy.cuda import compiler\n",
+    "cuda/compiler.py": "import os\n_use_pch = os.environ.get('CUPY_NVRTC_USE_PCH') == '1'\n",
     "_core/__init__.py": "from cupy._core import _accelerator\n",
     "_core/_accelerator.py": (
         "import os\n"
@@ -101,24 +103,25 @@ def accelerators(tmp_path, code: str, **env) -> list:
     for name, text in FAKE_CUPY.items():
         (tmp_path / "site" / "cupy" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "site" / "cupy" / name).write_text(text)
-    code += ("; from cupy._core import _accelerator as a; "
-             "print(a.get_reduction_accelerators(), a.get_routine_accelerators())")
-    environ = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+    code += ("; from cupy._core import _accelerator as a; from cupy.cuda import compiler; "
+             "print(a.get_reduction_accelerators(), a.get_routine_accelerators(), compiler._use_pch)")
+    environ = {k: v for k, v in os.environ.items() if k not in ("CUPY_ACCELERATORS", "CUPY_NVRTC_USE_PCH")}
     environ.update(env, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split("\n")[-2]
 
 
-def test_importing_dask_gpu_takes_cub_out_of_cupys_reductions_only(tmp_path):
-    assert accelerators(tmp_path, "import cupy") == "[1, 2] [1, 2]"  # CuPy's own default
-    assert accelerators(tmp_path, "import dask_gpu; import cupy") == "[2] [1, 2]"  # CuPy imported later
-    assert accelerators(tmp_path, "import cupy; import dask_gpu") == "[2] [1, 2]"  # CuPy imported first
+def test_importing_dask_gpu_takes_cub_out_of_cupys_reductions_only_and_precompiles_headers(tmp_path):
+    assert accelerators(tmp_path, "import cupy") == "[1, 2] [1, 2] False"  # CuPy's own default
+    assert accelerators(tmp_path, "import dask_gpu; import cupy") == "[2] [1, 2] True"  # CuPy imported later
+    assert accelerators(tmp_path, "import cupy; import dask_gpu") == "[2] [1, 2] True"  # CuPy imported first
 
 
-def test_cupy_accelerators_chosen_by_the_user_stay(tmp_path):
-    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="cub") == "[1] [1]"
-    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="") == "[] []"
+def test_cupys_settings_chosen_by_the_user_stay(tmp_path):
+    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="cub") == "[1] [1] True"
+    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="") == "[] [] True"
+    assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_NVRTC_USE_PCH="0") == "[2] [1, 2] False"
 
 
 def test_a_worker_takes_cub_out_of_its_reductions(simulate, tmp_path, monkeypatch):
@@ -141,7 +144,7 @@ def test_cupys_first_reductions_compile_no_cub_block_reduction(tmp_path):
     code = ("import dask_gpu, cupy; from cupy._core import _accelerator as a; x = cupy.random.random((2000, 1500)); "
             "[r.get() for r in ((x > 0.5).sum(), x.sum(axis=0), x.var(), x.astype('int8').mean(), x.argmax())]; "
             "print(a.get_reduction_accelerators(), a.get_routine_accelerators())")
-    env = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUPY_ACCELERATORS", "CUPY_NVRTC_USE_PCH")}
     env.update(CUPY_CACHE_DIR=str(tmp_path), CUPY_CACHE_SAVE_CUDA_SOURCE="1")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -207,7 +210,7 @@ DIVISIONS = textwrap.dedent("""
 @pytest.mark.cudf
 def test_cudfs_first_group_bys_compile_no_cub_block_reduction(tmp_path):
     def run(code, cache):
-        env = {k: v for k, v in os.environ.items() if k != "CUPY_ACCELERATORS"}
+        env = {k: v for k, v in os.environ.items() if k not in ("CUPY_ACCELERATORS", "CUPY_NVRTC_USE_PCH")}
         env.update(CUPY_CACHE_DIR=str(cache), CUPY_CACHE_SAVE_CUDA_SOURCE="1")
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
