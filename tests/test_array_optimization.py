@@ -310,6 +310,21 @@ def test_a_computed_future_of_cupy_data_is_gpu_data():
     assert plan._is_cupy(future) and not plan._is_cupy(pending) and not plan._is_cupy(numpy_future)
 
 
+def test_persisted_chunks_whose_futures_say_gpu_fuse(monkeypatch):
+    from distributed import Client, LocalCluster, wait
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster):
+        x = da.random.default_rng(5).random((300, 200), chunks=100).persist()
+        wait(x)
+        y = (x > 0.5).sum()
+        assert not fused_tasks(optimized(y))  # NumPy chunks: left alone
+        is_cupy = plan._is_cupy
+        monkeypatch.setattr(optimization, "_is_cupy", lambda v: type(v).__name__ == "Future" or is_cupy(v))
+        monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or types.ModuleType("cupy"))
+        assert fused_tasks(optimized(y))  # futures of GPU data: the fused kernel, checking its inputs as it runs
+        assert int(y.compute()) == int((x.compute() > 0.5).sum())
+
+
 @gpu
 def test_persisted_cupy_chunks_fuse_on_a_cluster():
     import cupy

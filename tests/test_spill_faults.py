@@ -242,7 +242,7 @@ def test_device_data_over_a_failing_disk_stays_in_memory_to_the_limit_then_is_re
             refused.append(str(e))
     assert time.monotonic() - began < 30
     assert refused and all(f"under {store._directory}" in why for why in refused), refused
-    assert len(kept) >= 3 and not store.disk and store.metrics()["disk-write-errors"] >= 1
+    assert len(kept) >= 2 and not store.disk and store.metrics()["disk-write-errors"] >= 1
     for key, fill in kept.items():
         assert np.array_equal(as_numpy(store[key]), np.full(nbytes, fill, dtype="uint8")), key
     if fault == "disk full":

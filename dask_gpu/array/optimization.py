@@ -215,9 +215,10 @@ def _reduction(task: Task):
 class _Graph:
     """A graph being rewritten: which keys are GPU data, and which can move into their one reader."""
 
-    def __init__(self, dsk: dict, keys):
+    def __init__(self, dsk: dict, keys, futures=()):
+        """``futures``: the keys of persisted values, which dask's task graph leaves out, with their futures."""
         self.dsk, self.keys = dsk, set(keys)
-        self.is_gpu = functools.partial(_is_gpu, dsk, {})
+        self.is_gpu = functools.partial(_is_gpu, dsk, {key: _is_cupy(future) for key, future in futures})
         self._readers: dict | None = None
         self._plans: dict = {}
 
@@ -250,7 +251,7 @@ def rewrite(dsk: dict, keys=()) -> dict:
     one per chunk.
     """
     original, dsk = dsk, convert_legacy_graph(dsk)  # unfused graphs still hold tuple tasks
-    graph = _Graph(dsk, keys)
+    graph = _Graph(dsk, keys, [(k, v) for k, v in original.items() if k not in dsk])
     out, gone = dict(dsk), set()
     for key, task in dsk.items():
         if key in gone:
@@ -277,7 +278,7 @@ def _is_gpu(dsk, memo, key) -> bool:
             continue
         task = dsk.get(k)
         if not isinstance(task, Task) or _makes_gpu_data(task):
-            memo[k] = isinstance(task, Task) or _is_cupy(getattr(task, "value", None))
+            memo[k] = isinstance(task, Task) or _is_cupy(_plain(task))  # a value, or a future of one
             stack.pop()
             continue
         pending = [d for d in task.dependencies if d not in memo]
