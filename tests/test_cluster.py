@@ -313,3 +313,41 @@ def test_a_script_that_starts_a_cluster_without_the_main_guard_is_told_so_in_one
                     "; each worker process imports the script again: put the code that starts the cluster under "
                     "that guard")
     assert "Nanny" not in done.stderr and len(done.stderr.splitlines()) < 15  # it was 198 lines, 12 tracebacks
+
+
+def test_a_cluster_for_cudf_partitions_imports_dask_cudf_in_the_client_as_it_starts(simulate, monkeypatch):
+    from dask_gpu import cluster
+    from dask_gpu.dataframe import start
+    from dask_gpu.plugins import GPUWorker
+
+    started = []
+    monkeypatch.setattr(start, "import_in_background", lambda: started.append(True))
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False) as c:
+        assert started == [] and not cluster.warms_cudf(c.worker_spec)  # no cuDF partitions: nothing to import
+    warm = {"gpu-0": {"options": {"plugins": [GPUWorker({}, 0, warm_cudf=True)]}}}
+    assert cluster.warms_cudf(warm) and not cluster.warms_cudf({"cpu-0": {"options": {}}})
+
+
+def test_a_background_import_that_fails_is_logged_not_raised(caplog):
+    import logging
+
+    from dask_gpu.dataframe import start
+
+    with caplog.at_level(logging.INFO, logger="dask_gpu"):
+        start.import_in_background("dask_gpu_no_such_module").join(timeout=30)
+    assert "importing dask_gpu_no_such_module ahead of the first dataframe call failed" in caplog.text
+
+
+def test_a_gpu_worker_imports_what_array_tasks_run_on_as_it_starts(monkeypatch):
+    from dask_gpu import plugins
+
+    imported = []
+    monkeypatch.setattr(plugins.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(plugins.importlib, "import_module", imported.append)
+    plugins.import_array_modules()
+    assert imported == list(plugins.ARRAY_MODULES)
+    imported.clear()
+    monkeypatch.setattr(plugins.importlib.util, "find_spec", lambda name: None)  # no CuPy: nothing
+    plugins.import_array_modules()
+    assert imported == []
