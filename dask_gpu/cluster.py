@@ -17,7 +17,6 @@ from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import devices, parse
-from dask_gpu.dataframe import start
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
@@ -205,8 +204,6 @@ class LocalCUDACluster(SpecCluster):
         }
 
     async def _start(self):
-        if warms_cudf(self.worker_spec):
-            start.import_in_background()  # the client's first read_parquet needs dask-cudf, as the workers warm it
         await super()._start()
         if self._dashboard:
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
@@ -258,12 +255,6 @@ class LocalCUDACluster(SpecCluster):
         self.loop.add_callback(self._correct_state)
         if self.asynchronous:
             return NoOpAwaitable()
-
-
-def warms_cudf(worker_spec: dict) -> bool:
-    """Whether a worker of ``worker_spec`` warms cuDF as it starts: it will hold cuDF partitions."""
-    return any(getattr(plugin, "warm_cudf", False) for spec in worker_spec.values()
-               for plugin in spec["options"].get("plugins", ()))
 
 
 def check_main_guard() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import logging
 import os
 import sys
@@ -53,8 +52,6 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
-        if not self.device.get("simulated"):  # before the worker registers, beside the others: its first
-            import_array_modules()              # array task then costs what its second does
         if self.warm_cudf:  # before the worker registers: no task runs meanwhile
             from dask_gpu.dataframe import start
 
@@ -137,16 +134,6 @@ def forget_lost_key(worker, key, tries: int = 100) -> None:
             worker.loop.call_later(0.1, forget_lost_key, worker, key, tries - 1)
         return
     worker.handle_stimulus(internals.RemoveReplicasEvent(keys=[key], stimulus_id=f"spill-file-lost-{time.time()}"))
-
-
-ARRAY_MODULES = ("cupy", "dask.array", "dask_gpu.array.fused")  # what a GPU worker's first array task imports
-
-
-def import_array_modules() -> None:
-    """Import what GPU array tasks run on, where CuPy is installed: no CUDA context is made."""
-    if importlib.util.find_spec("cupy") is not None:
-        for module in ARRAY_MODULES:
-            importlib.import_module(module)
 
 
 def import_modules(modules, worker=None) -> None:

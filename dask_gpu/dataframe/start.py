@@ -9,11 +9,9 @@ its directory, and filters, divides, groups, joins and sorts it once.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import os
-import threading
 import time
 
 logger = logging.getLogger("dask_gpu")
@@ -56,18 +54,3 @@ def warm(directory: str) -> float:
     seconds = time.perf_counter() - start
     logger.info("cuDF warmed in %.2f s", seconds)
     return seconds
-
-
-def import_in_background(module: str = "dask_cudf") -> threading.Thread:
-    """Import ``module`` in this process (the client's) in a thread, while its cluster starts: the first
-    ``read_parquet`` builds its collection with dask-cudf, whose import takes seconds."""
-    thread = threading.Thread(target=_import_quietly, args=(module,), name=f"dask-gpu-import-{module}", daemon=True)
-    thread.start()
-    return thread
-
-
-def _import_quietly(module: str) -> None:
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # the first use imports it again, and says what is wrong there
-        logger.info("importing %s ahead of the first dataframe call failed: %s", module, e)
