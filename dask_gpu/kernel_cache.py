@@ -18,6 +18,7 @@ schedulers, and every worker. CUB's device-wide reductions, precompiled in CuPy'
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -70,7 +71,11 @@ def compile_less() -> None:
 
 
 def _compile_less(cupy) -> None:
-    if "CUPY_ACCELERATORS" not in os.environ:
-        internals.drop_cub_block_reductions(cupy)
-    if "CUPY_NVRTC_USE_PCH" not in os.environ:
-        internals.use_nvrtc_pch(cupy)
+    try:
+        if "CUPY_ACCELERATORS" not in os.environ:
+            internals.drop_cub_block_reductions(cupy)
+        if "CUPY_NVRTC_USE_PCH" not in os.environ:
+            internals.use_nvrtc_pch(cupy)
+    except AttributeError as e:  # a CuPy without these switches: it compiles as it always did
+        logging.getLogger("dask_gpu").info("CuPy %s keeps its own compile settings (%s)",
+                                           getattr(cupy, "__version__", "?"), e)

@@ -124,6 +124,17 @@ def test_cupys_settings_chosen_by_the_user_stay(tmp_path):
     assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_NVRTC_USE_PCH="0") == "[2] [1, 2] False"
 
 
+def test_a_cupy_without_these_switches_is_left_as_it_is(tmp_path):
+    for name in ("_core/_accelerator.py", "cuda/compiler.py"):
+        (tmp_path / "site" / "cupy" / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "site" / "cupy" / "__init__.py").write_text("__version__ = '9.0'\n")
+    code = "import cupy, dask_gpu; print('imported')"  # CuPy first: dask-gpu's import must not fail
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CUPY_ACCELERATORS", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-2000:]
+
+
 def test_a_worker_takes_cub_out_of_its_reductions(simulate, tmp_path, monkeypatch):
     accelerators(tmp_path, "pass")  # writes the fake CuPy
     monkeypatch.syspath_prepend(str(tmp_path / "site"))  # the workers' sys.path is this process's
