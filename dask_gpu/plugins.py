@@ -40,6 +40,7 @@ class GPUWorker(WorkerPlugin):
         self.allocator = allocator
         self.cudf_spill = tuple(cudf_spill)  # (on, statistics level)
         self.warm_cudf = warm_cudf
+        self.warmed_seconds = None  # what warming cuDF took, where it was warmed
 
     def setup(self, worker):
         from dask_gpu.memory import stats
@@ -55,7 +56,7 @@ class GPUWorker(WorkerPlugin):
         if self.warm_cudf:  # before the worker registers: no task runs meanwhile
             from dask_gpu.dataframe import start
 
-            start.warm(worker.local_directory)
+            self.warmed_seconds = start.warm(worker.local_directory)  # shown by dask gpu bench
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)

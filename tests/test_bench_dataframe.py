@@ -46,6 +46,8 @@ def test_the_cli_prints_the_table_and_writes_json_and_a_plot(no_gpu, data, tmp_p
     assert [r["workload"] for r in report["runs"]] == list(WORKLOADS)
     assert all(r["correct"] and 0 < r["seconds"] and 0 < r["first_seconds"] for r in report["runs"]), report["runs"]
     assert report["machine"]["gpus"]["state"] == "no-nvml"
+    (column,) = report["columns"]
+    assert report["startup"][column]["seconds"] > 0 and re.search(rf"start-up: {column} \d+\.\d\d s", result.output)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     logger = logging.getLogger("distributed.shuffle._scheduler_plugin")  # P2P's routine line stays off the console
     line = logger.makeRecord(logger.name, logging.WARNING, __file__, 0, "Shuffle %s initialized by task %r", ("a", "b"),
@@ -178,7 +180,9 @@ def test_gpu_columns_and_their_ratios(monkeypatch):
     result = {"rows": 10, "files": 1, "right_rows": 1, "data": "d", "repeat": 1, "notes": [],
               "workloads": {"sort": "s", "q1": "q"}, "columns": list(seconds), "runs": runs,
               "ratios": dataframe.ratios(runs, columns), "scaling": []}
+    result["startup"] = {"dask-gpu, 1 GPU": {"seconds": 6.25, "cudf_warm_seconds": 2.5}, cpu: {"seconds": 1.5}}
     text = dataframe.table(result)
+    assert f"start-up: dask-gpu, 1 GPU 6.25 s, cuDF warmed in 2.50 s on each worker; {cpu} 1.50 s" in text, text
     assert re.search(r"dask-gpu, 1 GPU: speed-up over pandas, \d+ cores +4\.00x +-", text), text
     assert re.search(r"dask-gpu, 1 GPU: x the time of cuDF, one process +2\.00x", text)
     assert re.search(r"dask-gpu, 4 GPUs: speed-up over dask-cuda, 4 GPUs +1\.50x", text)

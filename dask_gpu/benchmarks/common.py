@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import time
 from importlib.util import find_spec
 
 import dask
@@ -110,7 +111,10 @@ def run_columns(result, columns, names, open_column, measure, progress=None, che
     for label, kind, count in columns:
         done = []
         try:
+            began = time.perf_counter()
             with open_column(kind, count) as context:
+                result.setdefault("startup", {})[label] = {"seconds": time.perf_counter() - began,
+                                                           **worker_startup(context)}
                 for name in names:
                     if progress:
                         progress(f"{name} on {label}")
@@ -164,6 +168,29 @@ def scaling(runs: list[dict], columns: dict) -> list[dict]:
             rows.append({"workload": r["workload"], "architecture": r["architecture"], "gpus": count,
                          "speedup": speedup, "efficiency": speedup / count})
     return rows
+
+
+def worker_startup(context) -> dict:
+    """What a column's GPU workers did as they started, beside one another: the seconds each took to warm cuDF."""
+    client = getattr(context, "client", None)
+    if client is None:
+        return {}
+    warmed = [s for s in client.run(_warmed).values() if s is not None]
+    return {"cudf_warm_seconds": max(warmed)} if warmed else {}
+
+
+def _warmed(dask_worker):
+    plugin = dask_worker.plugins.get("dask-gpu")
+    return getattr(plugin, "warmed_seconds", None)
+
+
+def startup_lines(result: dict) -> list[str]:
+    """Each column's start-up: from asking for it to its first workload, and cuDF's warm-up in its workers."""
+    parts = []
+    for label, s in result.get("startup", {}).items():
+        warm = f", cuDF warmed in {s['cudf_warm_seconds']:.2f} s on each worker" if "cudf_warm_seconds" in s else ""
+        parts.append(f"{label} {s['seconds']:.2f} s{warm}")
+    return ["start-up: " + "; ".join(parts)] if parts else []
 
 
 def scaling_lines(result: dict) -> list[str]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        scaling_lines)
+                                        scaling_lines, startup_lines)
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
@@ -451,7 +451,7 @@ def table(result: dict) -> str:
     lines = [head, runs_table(result, ok=" ✓")]
     if result.get("ratios"):
         lines.append(_ratio_table(result))
-    return "\n".join([*lines, *scaling_lines(result), *result["notes"]])
+    return "\n".join([*lines, *startup_lines(result), *scaling_lines(result), *result["notes"]])
 
 
 def _ratio_table(result: dict) -> str:

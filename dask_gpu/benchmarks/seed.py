@@ -29,7 +29,7 @@ import dask.array as da
 from dask_gpu import devices  # noqa: F401  (tests replace devices.discover through this module)
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        scaling_lines)
+                                        scaling_lines, startup_lines)
 from dask_gpu.benchmarks.common import scaling  # noqa: F401  (seed.scaling, as before the dataframe suite)
 from dask_gpu.benchmarks.common import compute as _compute
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -206,7 +206,8 @@ def table(result: dict) -> str:
     head = f"n = {n} ({n * n * 8 / 1e9:.1f} GB for n x n float64), chunks {c}"
     if any("GPU" in column for column in result["columns"]):
         head += f"; GPU workers over {result.get('protocol', 'tcp')}, best of {result.get('repeat', 1)} runs"
-    return "\n".join([head, runs_table(result, ok=" ✓"), *scaling_lines(result), *result["notes"]])
+    lines = [head, runs_table(result, ok=" ✓"), *startup_lines(result), *scaling_lines(result)]
+    return "\n".join([*lines, *result["notes"]])
 
 
 def plot(result: dict, path: str) -> None:

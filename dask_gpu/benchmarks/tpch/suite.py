@@ -21,7 +21,8 @@ from importlib.util import find_spec
 import dask
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
-                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table)
+                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
+                                        startup_lines)
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
 from dask_gpu.report import machine_dict
@@ -286,7 +287,7 @@ def table(result: dict) -> str:
     for label, t in result.get("totals", {}).items():
         lines.append(f"{label}: {t['seconds']:.2f} s for {t['correct']} of {t['queries']} right "
                      f"(first runs {t['first_seconds']:.2f} s)")
-    return "\n".join([*lines, *result["notes"]])
+    return "\n".join([*lines, *startup_lines(result), *result["notes"]])
 
 
 def plot(result: dict, path: str) -> None:
