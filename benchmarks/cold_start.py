@@ -154,14 +154,17 @@ def environ(cache: str) -> dict:
             "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
+def probe_json(args: list, env: dict) -> dict:
+    """The JSON line a probe prints last, in a new process; its error output where it printed none."""
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
+
+
 def run(probe: str, expression: str, mode: str, cache: str) -> dict:
-    env = environ(cache)
     before = files(cache)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, probe, expression, "local" if mode == "local" else "cluster"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    out = json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
+    out = probe_json([probe, expression, "local" if mode == "local" else "cluster"], environ(cache))
     out.update(process=time.perf_counter() - start, new_kernels=files(cache) - before)
     return out
 
@@ -179,10 +182,7 @@ def steady(tmp: str, size: int, rows: int, rounds: int = 2) -> dict:
             env = {**environ(os.path.join(tmp, "cache-steady")), **extra}
             if not extra:
                 env.pop("CUPY_ACCELERATORS", None)
-            done = subprocess.run([sys.executable, probe, str(size), str(rows)], env=env, capture_output=True,
-                                  text=True, timeout=600)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            out[name].append(json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]})
+            out[name].append(probe_json([probe, str(size), str(rows)], env))
             print("steady", name, json.dumps(out[name][-1]), flush=True)
     best = {name: {k: min(r[k] for r in runs if k in r) for k in runs[0] if isinstance(runs[0][k], float)}
             for name, runs in out.items() if runs and "error" not in runs[0]}
