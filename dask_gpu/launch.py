@@ -20,9 +20,8 @@ from distributed.security import Security
 from distributed.utils import get_ip, get_ip_interface
 
 from dask_gpu import checks, devices, keywords, parse, reach
-from dask_gpu.dataframe.scheduler import register as register_device_shuffles
 from dask_gpu.options import KEYWORDS, WorkerOptions
-from dask_gpu.scheduler import register as register_memory_deaths
+from dask_gpu.scheduler import register as register_scheduler_plugins
 from dask_gpu.spec import worker_specs
 
 logger = logging.getLogger("dask_gpu")
@@ -94,8 +93,7 @@ class CUDAWorker:
                             for spec, port in zip(self.specs, self.ports)]
         await asyncio.gather(*self.nannies)
         if self.nannies:  # a scheduler started by ``dask scheduler`` has none of dask-gpu's plugins
-            await register_device_shuffles(self.nannies[0].scheduler)
-            await register_memory_deaths(self.nannies[0].scheduler)
+            await register_scheduler_plugins(self.nannies[0].scheduler)
         return self
 
     async def _reach_scheduler(self) -> str:

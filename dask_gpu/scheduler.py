@@ -3,6 +3,9 @@
 - :class:`MemoryDeaths`: a task whose workers were restarted for exceeding their memory limit ends in a
   ``KilledWorker`` that says so (distributed's says only that the workers died).
 - :class:`DeviceIndices`: ``workers=[0]``, dask-cuda's name for the worker of GPU 0, finds that worker.
+
+:func:`register` adds :class:`MemoryDeaths` and the device shuffle (:mod:`dask_gpu.dataframe.scheduler`) to a
+scheduler that dask-gpu did not start (``dask gpu worker``'s); :class:`DeviceIndices` is LocalCUDACluster's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.protocol.pickle import dumps, loads
 
 from dask_gpu import internals
+from dask_gpu.dataframe.scheduler import DeviceShuffles
 
 logger = logging.getLogger("dask_gpu")
 
@@ -121,10 +125,14 @@ class DeviceIndices(SchedulerPlugin):
 
 
 async def register(scheduler_rpc) -> None:
-    """Add :class:`MemoryDeaths` to a scheduler that dask-gpu did not start (``dask gpu worker``); where the
-    scheduler refuses it, its KilledWorker errors stay as distributed makes them."""
-    try:
-        await scheduler_rpc.register_scheduler_plugin(plugin=dumps(MemoryDeaths()), name=MemoryDeaths.name,
-                                                      idempotent=True)
-    except Exception as e:  # e.g. a scheduler that refuses pickled plugins: the shuffle's plugin warns of it
-        logger.info("the scheduler did not take dask-gpu's plugin %s: %s", MemoryDeaths.name, e)
+    """Add dask-gpu's scheduler plugins to a scheduler that dask-gpu did not start (``dask gpu worker``): the device
+    shuffle, and the note on workers restarted for memory. Where the scheduler refuses one (one that takes no
+    pickled plugins), the log says what goes on without it."""
+    for plugin, level, without in [
+        (DeviceShuffles(), logging.WARNING, "cuDF shuffles run on distributed's P2P shuffle, through host memory"),
+        (MemoryDeaths(), logging.INFO, "its KilledWorker errors stay as distributed makes them"),
+    ]:
+        try:
+            await scheduler_rpc.register_scheduler_plugin(plugin=dumps(plugin), name=plugin.name, idempotent=True)
+        except Exception as e:
+            logger.log(level, "the scheduler did not take dask-gpu's plugin %s (%s): %s", plugin.name, e, without)

@@ -21,7 +21,6 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from dask_gpu import internals
 
 MODES = ("gpu", "all", "p2p")
-logger = logging.getLogger("dask_gpu")
 
 
 def shuffle_mode(value=None) -> str:
@@ -60,18 +59,6 @@ class DeviceShuffles(SchedulerPlugin):
 
 def _is_cudf(meta) -> bool:
     return type(meta).__module__.split(".")[0] == "cudf"
-
-
-async def register(scheduler_rpc) -> None:
-    """Add :class:`DeviceShuffles` to a scheduler that dask-gpu did not start (``dask gpu worker``)."""
-    from distributed.protocol.pickle import dumps
-
-    try:
-        await scheduler_rpc.register_scheduler_plugin(plugin=dumps(DeviceShuffles()), name=DeviceShuffles.name,
-                                                      idempotent=True)
-    except Exception as e:  # e.g. a scheduler that refuses pickled plugins
-        logger.warning("the scheduler did not take dask-gpu's shuffle plugin (%s): cuDF shuffles run on "
-                       "distributed's P2P shuffle, through host memory", e)
 
 
 class _QuietShuffles(logging.Filter):
