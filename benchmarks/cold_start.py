@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+import first_call  # beside this script: the dataframe's first calls, and how a probe is run
+from first_call import probe_json
+
 EXPRESSIONS = {
     "bool count": "(x > 0.5).sum()",
     "int8 sum": "i8.sum()",
@@ -154,13 +157,6 @@ def environ(cache: str) -> dict:
             "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
-def probe_json(args: list, env: dict) -> dict:
-    """The JSON line a probe prints last, in a new process; its error output where it printed none."""
-    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
-
-
 def run(probe: str, expression: str, mode: str, cache: str) -> dict:
     before = files(cache)
     start = time.perf_counter()
@@ -234,10 +230,6 @@ def main(argv=None) -> dict:
         if args.steady:
             result["steady"] = steady(tmp, args.steady_size, args.groupby_rows, args.steady_rounds)
     if args.groupby_rows:
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path.insert(0, here)
-        import first_call
-
         result["dataframe"] = first_call.main(["--rows", str(args.groupby_rows), "--repeat", "1"])
     if args.out:
         with open(args.out, "w") as f:

@@ -27,6 +27,14 @@ import json, sys, time
 package, data = sys.argv[1], sys.argv[2]
 
 
+def group_bys(out, group_by):  # the first and the second group-by, timed, and the number of groups
+    for name in ("first", "second"):
+        start = time.perf_counter()
+        result = group_by()
+        out[name] = time.perf_counter() - start
+    out["groups"] = len(result)
+
+
 def cudf_alone(out):
     start = time.perf_counter()
     import cudf
@@ -35,11 +43,7 @@ def cudf_alone(out):
     df = cudf.read_parquet(data)
     len(df)
     out["read"] = time.perf_counter() - start
-    for name in ("first", "second"):
-        start = time.perf_counter()
-        result = df.groupby("s").agg({"x": ["sum", "mean"]}).to_pandas()
-        out[name] = time.perf_counter() - start
-    out["groups"] = len(result)
+    group_bys(out, lambda: df.groupby("s").agg({"x": ["sum", "mean"]}).to_pandas())
     out["total"] = out["import"] + out["read"] + out["first"]
 
 
@@ -58,11 +62,7 @@ def on_a_cluster(out):
         df = dd.read_parquet(data).persist()
         wait(df)
         out["read"] = time.perf_counter() - start
-        for name in ("first", "second"):
-            start = time.perf_counter()
-            result = df.groupby("s").agg({"x": ["sum", "mean"]}).compute()
-            out[name] = time.perf_counter() - start
-        out["groups"] = len(result)
+        group_bys(out, lambda: df.groupby("s").agg({"x": ["sum", "mean"]}).compute())
         out["total"] = out["cluster"] + out["read"] + out["first"]
 
 
@@ -71,6 +71,13 @@ if __name__ == "__main__":
     cudf_alone(out) if package == "cudf" else on_a_cluster(out)
     print(json.dumps(out))
 """
+
+
+def probe_json(args: list, env: dict) -> dict:
+    """The JSON line a probe prints last, in a new process; its error output where it printed none."""
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
 
 
 def generate(path: str, rows: int) -> None:
@@ -104,10 +111,7 @@ def main(argv=None) -> dict:
         for i in range(args.repeat):
             for package in packages:
                 env = {**os.environ, "CUPY_CACHE_DIR": os.path.join(tmp, f"cupy-cache-{package}-{i}")}
-                done = subprocess.run([sys.executable, probe, package, data], env=env, capture_output=True,
-                                      text=True, timeout=600)
-                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-                run = json.loads(lines[-1]) if lines else {"package": package, "error": done.stderr[-2000:]}
+                run = {"package": package, **probe_json([probe, package, data], env)}
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)
     result["median"] = {
