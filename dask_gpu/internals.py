@@ -136,6 +136,13 @@ def cudf_dtypes(frame) -> tuple:
     return tuple(column.dtype for column in frame._columns)
 
 
+def cudf_column_labels(frame) -> tuple:
+    """What shapes a cuDF frame's column labels besides their names: a MultiIndex or not, the levels' names,
+    whether they form a range, and their dtype."""
+    labels = frame._data
+    return labels.multiindex, tuple(labels.level_names), labels.rangeindex, labels.label_dtype
+
+
 def cudf_column(frame, name):
     """A cuDF frame's data column ``name``."""
     return frame._data[name]
