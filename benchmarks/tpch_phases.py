@@ -5,9 +5,11 @@ For each query, after a first run and a warm one: the collection's building and 
 stream into the tasks' own time (by task prefix) and what is left (submission, scheduling, transfers). Also each
 query computed in this process by dask's synchronous scheduler on cuDF (``local``): the same tasks with no
 cluster in between. With ``--plans``, each query's building and optimization alone, with cuDF's metas and with
-pandas' (what the client would cost if it planned with pandas metadata).
+pandas' (what the client would cost if it planned with pandas metadata). With ``--sample``, one more round of the
+queries sampled by py-spy in every thread of this process (the client and the scheduler) and of the workers: each
+thread's busy seconds and where they went.
 
-    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--out FILE]
+    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--out FILE]
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
+import re
+import signal
+import subprocess
+import tempfile
 import time
 from collections import defaultdict
 
@@ -31,6 +38,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--plans", action="store_true",
                         help="also time each query's building and optimization on the client alone, with cuDF's metas "
                              "and with pandas' (dask's pandas backend over the same files)")
+    parser.add_argument("--sample", action="store_true",
+                        help="also sample one round of the queries with py-spy (pip install py-spy): busy seconds "
+                             "by thread")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
 
@@ -86,6 +96,9 @@ def main(argv=None) -> dict:
                       f"{row['task_seconds']:.3f}, {len(graph)} tasks; before the first "
                       f"{row.get('before_first_task', 0):.3f}, after the last {row.get('after_last_task', 0):.3f}) "
                       f"{row['correct']}", flush=True)
+            if args.sample:
+                result["sampled"] = _sampled(lambda: [engine.run(n) for n in numbers])
+                print(json.dumps({k: v["busy"] for k, v in result["sampled"]["threads"].items()}, indent=1), flush=True)
         if args.local:
             import cudf  # noqa: F401  the sync scheduler computes in this process
 
@@ -112,6 +125,41 @@ def main(argv=None) -> dict:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
     return result
+
+
+def _sampled(work, rate: int = 250) -> dict:
+    """``work()`` sampled by py-spy in this process and its children: the seconds it took, and for each thread that
+    was busy, its busy seconds (samples in which it ran) and the frames they were spent in (inclusive, >= 50 ms)."""
+    with tempfile.TemporaryDirectory() as where:
+        raw = os.path.join(where, "raw.txt")
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(os.getpid()), "--subprocesses", "--threads",
+                                "--nonblocking", "--format", "raw", "--rate", str(rate), "-o", raw],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)  # py-spy attaches
+        start = time.perf_counter()
+        work()
+        seconds = time.perf_counter() - start
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+        threads: dict = defaultdict(lambda: {"busy": 0.0, "frames": defaultdict(float)})
+        with open(raw) as f:
+            for line in f:
+                stack, count = line.rsplit(" ", 1)
+                frames = stack.split(";")
+                at = next((i for i, frame in enumerate(frames) if frame.startswith("thread (")), None)
+                if at is None:
+                    continue
+                process = "client" if f"process {os.getpid()}:" in frames[0] and at == 1 else frames[at - 1][:60]
+                thread = threads[f"{process} | {re.sub(r'thread [(][0-9]+[)]: ', '', frames[at])}"]
+                thread["busy"] += int(count) / rate
+                for frame in set(frames[at + 1:]):
+                    thread["frames"][re.sub(r" [(].*/", " (", frame)] += int(count) / rate
+    out = {}
+    for name, thread in sorted(threads.items(), key=lambda kv: -kv[1]["busy"]):
+        if thread["busy"] >= 0.05:
+            frames = sorted(thread["frames"].items(), key=lambda kv: -kv[1])
+            out[name] = {"busy": round(thread["busy"], 3), "frames": {k: round(v, 3) for k, v in frames if v >= 0.05}}
+    return {"seconds": seconds, "rate": rate, "threads": out}
 
 
 def _plans(engine, numbers, backend) -> dict:
