@@ -1,4 +1,5 @@
-"""Merge metas and cuDF dtypes kept by kind (dask_gpu.dataframe.meta), and which workers warm cuDF as they start."""
+"""Merge metas and cuDF frames' dtypes and columns kept by kind (dask_gpu.dataframe.meta), and which workers warm
+cuDF as they start."""
 
 import inspect
 import types
@@ -75,78 +76,100 @@ def test_workers_warm_cudf_where_their_partitions_will_be_cudf(monkeypatch, back
         assert start.wanted(simulated) is want
 
 
-class Columns:
+class Labels:
     """A cuDF frame's column labels, as :func:`dask_gpu.internals.cudf_column_labels` reads them."""
     multiindex, level_names, rangeindex, label_dtype = False, (None,), False, None
 
 
 class StandIn:
-    """A frame with cuDF's inner shape whose ``dtypes`` counts its calls."""
+    """A frame with cuDF's inner shape whose ``dtypes`` and ``columns`` count the objects they make."""
     made = 0
 
     def __init__(self, **dtypes):
         self._column_names = tuple(dtypes)
         self._columns = tuple(types.SimpleNamespace(dtype=pd.api.types.pandas_dtype(d)) for d in dtypes.values())
-        self._data = Columns()
+        self._data = Labels()
 
     @property
     def dtypes(self):
         StandIn.made += 1
         return pd.Series([c.dtype for c in self._columns], index=list(self._column_names), dtype=object)
 
+    @property
+    def columns(self):
+        StandIn.made += 1
+        return pd.Index(self._column_names)
+
+    @columns.setter
+    def columns(self, names):
+        self._column_names = tuple(names)
+
 
 @pytest.fixture
-def kept_dtypes(monkeypatch):
-    monkeypatch.setattr(StandIn, "dtypes", StandIn.__dict__["dtypes"])
+def kept(monkeypatch):
+    for attribute in ("dtypes", "columns"):
+        monkeypatch.setattr(StandIn, attribute, StandIn.__dict__[attribute])
     monkeypatch.setattr(StandIn, "made", 0)
-    meta._dtypes.clear()
-    meta.keep_dtypes(StandIn)
+    meta._labels.clear()
+    meta.keep_labels(StandIn)
     return StandIn
 
 
-def test_a_frame_s_dtypes_are_made_once_per_kind_and_equal_the_library_s(kept_dtypes):
-    a, same, other = kept_dtypes(k="int64", s="object"), kept_dtypes(k="int64", s="object"), kept_dtypes(k="float64")
-    assert a.dtypes.to_dict() == {"k": np.dtype("int64"), "s": np.dtype("object")}
-    assert same.dtypes.to_dict() == a.dtypes.to_dict() and kept_dtypes.made == 1
-    assert other.dtypes.to_dict() == {"k": np.dtype("float64")} and kept_dtypes.made == 2
-    renamed = kept_dtypes(key="int64", s="object")  # other labels, the same dtypes: another kind
-    assert list(renamed.dtypes.index) == ["key", "s"] and kept_dtypes.made == 3
+def test_a_frame_s_dtypes_and_columns_are_made_once_per_kind_and_equal_the_library_s(kept):
+    a, same, other = kept(k="int64", s="object"), kept(k="int64", s="object"), kept(k="float64")
+    assert a.dtypes.to_dict() == {"k": np.dtype("int64"), "s": np.dtype("object")} and list(a.columns) == ["k", "s"]
+    assert same.dtypes.to_dict() == a.dtypes.to_dict() and list(same.columns) == ["k", "s"] and kept.made == 2
+    assert other.dtypes.to_dict() == {"k": np.dtype("float64")} and kept.made == 3
+    renamed = kept(key="int64", s="object")  # other labels, the same dtypes: another kind
+    assert list(renamed.dtypes.index) == ["key", "s"] and list(renamed.columns) == ["key", "s"] and kept.made == 5
 
 
-def test_each_call_gets_dtypes_of_its_own(kept_dtypes):
-    frame = kept_dtypes(k="int64")
+def test_each_call_gets_labels_of_its_own(kept):
+    frame = kept(k="int64")
     first = frame.dtypes
     first["k"] = np.dtype("float64")
     first["extra"] = np.dtype("int8")
-    assert frame.dtypes.to_dict() == {"k": np.dtype("int64")}
+    frame.columns.name = "renamed"
+    assert frame.dtypes.to_dict() == {"k": np.dtype("int64")} and frame.columns.name is None
 
 
-def test_labels_that_cannot_be_a_key_are_computed_each_time(kept_dtypes):
-    frame = kept_dtypes(k="int64")
+def test_setting_columns_works_and_is_seen(kept):
+    frame = kept(k="int64", v="float64")
+    assert list(frame.columns) == ["k", "v"]
+    frame.columns = ["a", "b"]
+    assert list(frame.columns) == ["a", "b"] and list(frame.dtypes.index) == ["a", "b"]
+
+
+def test_labels_that_cannot_be_a_key_are_computed_each_time(kept):
+    frame = kept(k="int64")
     frame._data = types.SimpleNamespace(multiindex=False, level_names=[[]], rangeindex=False, label_dtype=None)
     assert frame.dtypes.to_dict() == frame.dtypes.to_dict() == {"k": np.dtype("int64")}
-    assert kept_dtypes.made == 2 and not meta._dtypes
+    assert kept.made == 2 and not meta._labels
 
 
-def test_keeping_dtypes_is_idempotent(kept_dtypes):
-    current = kept_dtypes.__dict__["dtypes"]
-    meta.keep_dtypes(kept_dtypes)
-    assert kept_dtypes.__dict__["dtypes"] is current
+def test_keeping_labels_is_idempotent(kept):
+    current = kept.__dict__["dtypes"], kept.__dict__["columns"]
+    meta.keep_labels(kept)
+    assert (kept.__dict__["dtypes"], kept.__dict__["columns"]) == current
 
 
 @pytest.mark.gpu
 @pytest.mark.cudf
-def test_cudf_dtypes_kept_by_kind_equal_cudf_s():
+def test_cudf_labels_kept_by_kind_equal_cudf_s():
     import cudf
 
-    made = inspect.unwrap(cudf.DataFrame.dtypes.fget)  # cuDF's own, whether or not it is kept already
+    # cuDF's own, whether or not they are kept already
+    dtypes, columns = (inspect.unwrap(getattr(cudf.DataFrame, name).fget) for name in ("dtypes", "columns"))
     frames = [cudf.DataFrame({"a": [1, 2], "b": ["x", "y"]}), cudf.DataFrame({0: [1.5], 1: [2]}),
               cudf.DataFrame({"c": cudf.Series(["u", "v"], dtype="category")}),
               cudf.DataFrame({("x", "a"): [1], ("x", "b"): [2.0]})]
     meta.install()
-    assert cudf.DataFrame.dtypes.fget.by_kind
+    assert cudf.DataFrame.dtypes.fget.by_kind and cudf.DataFrame.columns.fget.by_kind
     for frame in frames * 2:
-        pd.testing.assert_series_equal(frame.dtypes, made(frame))
-    frames[0]["d"] = frames[0]["a"] * 0.5  # a frame that changes gets its new dtypes
-    pd.testing.assert_series_equal(frames[0].dtypes, made(frames[0]))
-    assert frames[0].dtypes["d"] == np.dtype("float64")
+        pd.testing.assert_series_equal(frame.dtypes, dtypes(frame))
+        pd.testing.assert_index_equal(frame.columns, columns(frame))
+    frames[0]["d"] = frames[0]["a"] * 0.5  # a frame that changes gets its new labels
+    pd.testing.assert_series_equal(frames[0].dtypes, dtypes(frames[0]))
+    assert frames[0].dtypes["d"] == np.dtype("float64") and list(frames[0].columns) == ["a", "b", "d"]
+    frames[0].columns = ["p", "q", "r"]
+    assert list(frames[0].columns) == ["p", "q", "r"] and list(frames[0].to_pandas().columns) == ["p", "q", "r"]

@@ -7,9 +7,10 @@ by the kind of their inputs, not computed anew:
 - A merge's meta. dask finds it by merging non-empty stand-ins of its inputs, and an optimization makes
   several merges of each join as it moves filters and columns: the 22 TPC-H queries ask for 314 merge metas
   of 87 kinds. It depends only on its inputs' columns, dtypes and index, and on its keywords.
-- A cuDF frame's ``dtypes``. It is a pandas Series made anew at each call, about a millisecond, and dask
-  calls it for every column selection it plans (``is_dataframe_like`` looks for the attribute): 2,300 calls,
-  a tenth of the client's time over the 22 queries. It depends only on the columns' labels and dtypes.
+- A cuDF frame's ``dtypes`` and ``columns``. Each is a pandas object made anew at each call (a Series, about
+  a millisecond; an Index, half that), and dask asks for them at every column selection it plans
+  (``is_dataframe_like`` looks for ``dtypes``): 2,300 and 1,500 calls over the 22 queries, a tenth of the
+  client's time. They depend only on the columns' labels and dtypes.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from dask_gpu import internals
 
 LIMIT = 4096  # kinds kept in each cache; past it, the cache starts again
 _merged: dict = {}  # kind -> meta
-_dtypes: dict = {}  # kind -> dtypes Series
+_labels: dict = {}  # (attribute, kind) -> a cuDF frame's dtypes Series or columns Index
 
 
 def install() -> None:
-    """Merge metas and cuDF dtypes by kind from now on (idempotent). Imports dask's dataframe expressions,
-    and cuDF where it is installed."""
+    """Merge metas, and cuDF frames' dtypes and columns, by kind from now on (idempotent). Imports dask's
+    dataframe expressions, and cuDF where it is installed."""
     from dask_gpu.internals import Merge
 
     current = Merge.__dict__["_meta"]
@@ -37,14 +38,18 @@ def install() -> None:
         import cudf
     except ImportError:
         return
-    keep_dtypes(cudf.DataFrame)
+    keep_labels(cudf.DataFrame)
 
 
-def keep_dtypes(cls) -> None:
-    """``cls.dtypes`` kept by the frame's column labels and dtypes (idempotent)."""
-    current = getattr(cls, "dtypes", None)
-    if isinstance(current, property) and not getattr(current.fget, "by_kind", False):
-        cls.dtypes = property(by_kind(current.fget, _dtypes_kind, _dtypes), doc=current.__doc__)
+def keep_labels(cls) -> None:
+    """``cls.dtypes`` and ``cls.columns`` kept by the frame's column labels and dtypes (idempotent); setting
+    ``columns`` works as before."""
+    for attribute in ("dtypes", "columns"):
+        current = getattr(cls, attribute, None)
+        if isinstance(current, property) and not getattr(current.fget, "by_kind", False):
+            kind = functools.partial(_labels_kind, attribute)
+            setattr(cls, attribute, property(by_kind(current.fget, kind, _labels), current.fset, current.fdel,
+                                             current.__doc__))
 
 
 def by_kind(compute, kind, cache: dict):
@@ -73,8 +78,8 @@ def _merge_kind(merge) -> tuple:
             tuple((name, repr(value)) for name, value in sorted(merge.kwargs.items())))
 
 
-def _dtypes_kind(frame) -> tuple:
-    return (type(frame), tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame),
+def _labels_kind(attribute: str, frame) -> tuple:
+    return (attribute, type(frame), tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame),
             internals.cudf_column_labels(frame))
 
 
