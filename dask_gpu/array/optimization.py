@@ -1,6 +1,6 @@
 """GPU-aware optimization of dask.array graphs, run within dask's own (before its linear fusion).
 
-Two rewrites:
+Three rewrites:
 
 - **Slices fold into counter-based draws.** ``x[::2, ::2]`` of a :mod:`dask_gpu.random`
   array (or of a ``gpu``-backend ``da.random.default_rng`` block) draws only the kept values.
@@ -8,6 +8,8 @@ Two rewrites:
   operations and slices of GPU data becomes one CUDA kernel that reads each input once,
   through its strides, and never runs a reduction on a strided view (CuPy's reduction of a
   strided view runs on one thread block: 80x slower than on contiguous data).
+- **The last steps of mean, var, std, argmin and argmax run on the host** (:mod:`.host_steps`): they work
+  on a few numbers a chunk, and each CuPy operation on them is a kernel to compile at first use.
 
 Graphs with no GPU data are returned as they are. A rewritten task checks its inputs when it
 runs: CuPy inputs take the kernel, anything else the original operations, one by one.
@@ -29,7 +31,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 from dask.utils import ensure_dict
 
-from dask_gpu.array import distributions
+from dask_gpu.array import distributions, host_steps
 from dask_gpu.array.fused import fused_reduce
 from dask_gpu.array.plan import AsType, Call, DrawLeaf, Index, Leaf, Plan, _cupy_module, _is_cupy, in_band, sample
 from dask_gpu.array.random import Philox, default_rng
@@ -243,7 +245,8 @@ class _Graph:
 
 
 def rewrite(dsk: dict, keys=()) -> dict:
-    """The graph with GPU reductions fused and slices folded into draws; ``dsk`` itself if none.
+    """The graph with GPU reductions fused, their last steps on the host and slices folded into draws;
+    ``dsk`` itself if none.
 
     Each reduction's chain is taken whole, from the tasks that only it reads, so this works
     with or without dask's own linear fusion (:func:`optimize` runs it first). Fused chunk
@@ -257,6 +260,9 @@ def rewrite(dsk: dict, keys=()) -> dict:
         if key in gone:
             continue
         new, inlined = _rewrite(key, task, graph)
+        if new is task:
+            hosted = host_steps.on_host(task)
+            new = hosted if hosted is not None and graph.is_gpu(key) else task
         if new is not task:
             out[key] = new
             gone |= inlined
