@@ -39,6 +39,13 @@ CASES = {
         r"results right",
         r"annotate\(resources=GPU\) tasks ran on \{'gpu-0': \d+, 'gpu-1': \d+\}, .*results right",
         r"map\(workers=cpu-\*\) tasks ran on \{'cpu-0': 20\}, seeing GPUs \['none'\]; results right"])],
+    "ml_search.py": [(["--rows", "2000", "--features", "16"], [
+        "no GPU with CuPy here: 2 simulated GPU workers, NumPy arrays",
+        r"fits on 2 simulated GPU workers: scikit-learn on NumPy arrays \(simulated GPUs\)",
+        r"GridSearchCV\(PCA\), by log-likelihood: 32 fits on \{'gpu-0': \d+, 'gpu-1': \d+\}, none on CPU workers; "
+        r"best n_components=\d+, the same scores as scikit-learn here: right",
+        r"RandomizedSearchCV\(Ridge\), by R²: 32 fits on \{'gpu-0': \d+, 'gpu-1': \d+\}, none on CPU workers; "
+        r".*right"])],
     "spilling.py": [(["--arrays", "20", "--mb", "4", "--limit", "16MB"], [
         "no GPU with CuPy here: a simulated GPU worker holding host arrays registered as a device type",
         r"20 arrays of 3.81 MiB through a device_memory_limit of 16MB: .* [1-9]\d* moves to host .*, [1-9]\d* back; "
