@@ -267,22 +267,25 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
 
 
 @gpu.command(name="bench")
-@click.option("--suite", type=click.Choice(["array", "dataframe", "tpch"]), default="array", show_default=True,
-              help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, or the 22 "
-                   "TPC-H queries against DuckDB, Polars, pandas and cudf-polars.")
+@click.option("--suite", type=click.Choice(["array", "dataframe", "tpch", "ml"]), default="array", show_default=True,
+              help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, the 22 "
+                   "TPC-H queries against DuckDB, Polars, pandas and cudf-polars, or hyper-parameter searches "
+                   "against scikit-learn.")
 @click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True,
               help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files); the tpch "
-                   "suite small (scale factor 0.01) and full (10).")
+                   "suite small (scale factor 0.01) and full (10); the ml suite small (2,000 rows) and full (100,000).")
 @click.option("--shape", type=click.IntRange(min=1), help="Side of the square array (overrides --size; array suite).")
 @click.option("--chunks", type=click.IntRange(min=1), help="Side of a square chunk (overrides --size; array suite).")
-@click.option("--rows", type=click.IntRange(min=1), help="Rows of the dataframe suite's table (overrides --size).")
+@click.option("--rows", type=click.IntRange(min=1),
+              help="Rows of the dataframe suite's table or of the ml suite's data (overrides --size).")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="TPC-H scale factor, about 1 GB of data each (overrides --size; tpch suite).")
 @click.option("--data", "data_dir", type=click.Path(),
               help="Directory of the dataframe or tpch suite's data, reused while its manifest matches [default: "
                    "under the temporary directory].")
 @click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array), read, groupby-low, "
-                                  "groupby-high, merge, sort, shuffle, q1, q3 (dataframe) or q1 ... q22 (tpch) "
+                                  "groupby-high, merge, sort, shuffle, q1, q3 (dataframe), q1 ... q22 (tpch) or "
+                                  "pca, ridge, logistic (ml) "
                                   "[default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
 @click.option("--engines", help="The tpch suite's columns, comma-separated, from duckdb, polars, pandas, dask-gpu, "
@@ -303,13 +306,14 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
           timeout, cpu_budget, json_path, plot_path):
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table. With
     --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
-    --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars."""
-    from dask_gpu.benchmarks import dataframe, seed
+    --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars. With
+    --suite ml: the same grid searches by scikit-learn on every core and with each fit on a GPU worker."""
+    from dask_gpu.benchmarks import dataframe, ml, seed
     from dask_gpu.benchmarks.tpch import suite as tpch
 
-    module = {"dataframe": dataframe, "tpch": tpch}.get(suite, seed)
+    module = {"dataframe": dataframe, "tpch": tpch, "ml": ml}.get(suite, seed)
     owners = {"--shape": (shape, ("array",)), "--chunks": (chunks, ("array",)),
-              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe",)),
+              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe", "ml")),
               "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)),
               "--data": (data_dir, ("dataframe", "tpch"))}
     wrong = [option for option, (value, owner) in owners.items() if value is not None and suite not in owner]
@@ -328,6 +332,9 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
         if suite == "dataframe":
             plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
             steps, run = plan.steps, functools.partial(dataframe.run, plan)
+        elif suite == "ml":
+            plan = ml.plan(size, rows, names, compare, gpus, protocol, repeat, timeout)
+            steps, run = plan.steps, functools.partial(ml.run, plan)
         elif suite == "tpch":
             plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines)
             steps, run = plan.steps, functools.partial(tpch.run, plan)

@@ -1,0 +1,277 @@
+"""The ml suite of ``dask gpu bench``: one hyper-parameter search, run by scikit-learn on every core (its
+``GridSearchCV`` with ``n_jobs=-1``: joblib's processes, one fit each) and by Dask-ML on dask-gpu's GPU
+workers (each fit on a GPU, scikit-learn computing on CuPy arrays through its Array API dispatch:
+:mod:`dask_gpu.ml`).
+
+Both search the same grid with the same 4 folds (``KFold``, unshuffled) on the same data, drawn here from a
+fixed seed: ``rows`` samples of a rank-``features/4`` signal plus noise, a regression target and 4 classes.
+Neither refits. The scikit-learn column's mean test scores are the reference that each GPU column's must
+match (to 1e-3 of their value: the GPU sums in another order, and the logistic regression's solver stops
+where its tolerance says).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import time
+from contextlib import ExitStack, contextmanager
+from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
+from typing import Callable
+
+import numpy as np
+
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
+                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
+                                        scaling_lines, startup_lines)
+from dask_gpu.benchmarks.common import plot as bar_chart
+from dask_gpu.report import machine_dict
+from dask_gpu.report import table as text_table
+
+SIZES = {"small": 2_000, "full": 100_000}  # rows
+FOLDS = 4
+SEED = 2026
+CLASSES = 4
+RTOL = 1e-3
+LIBRARIES = ("scikit-learn", "dask-ml", "scipy", "numpy", "cupy-cuda13x", "cupy-cuda12x")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    text: str  # what it searches, for the table
+    features: dict  # size -> columns of X
+    search: Callable  # features -> (estimator, grid of 8 candidates)
+    target: str | None  # "y" (regression), "classes", or None (unsupervised)
+
+
+def _pca(d):
+    from sklearn.decomposition import PCA
+
+    return PCA(svd_solver="covariance_eigh"), {"n_components": [max(1, d * k // 16) for k in range(1, 9)]}
+
+
+def _ridge(d):
+    from sklearn.linear_model import Ridge
+
+    return Ridge(solver="svd"), {"alpha": list(np.logspace(-3, 4, 8))}
+
+
+def _logistic(d):
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(max_iter=500), {"C": list(np.logspace(-4, 3, 8))}
+
+
+WORKLOADS = {
+    "pca": Workload("PCA(svd_solver='covariance_eigh'), 8 n_components, by log-likelihood",
+                    {"small": 16, "full": 1024}, _pca, None),
+    "ridge": Workload("Ridge(solver='svd'), 8 alphas, by R²", {"small": 16, "full": 256}, _ridge, "y"),
+    "logistic": Workload(f"LogisticRegression(lbfgs), 8 C, {CLASSES} classes, by accuracy",
+                         {"small": 16, "full": 256}, _logistic, "classes"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A checked request: what ``run`` does, decided before anything starts."""
+
+    size: str
+    rows: int
+    workloads: tuple
+    columns: tuple
+    notes: tuple
+    protocol: str
+    repeat: int
+
+    @property
+    def steps(self) -> int:
+        return len(self.columns) * len(self.workloads)
+
+
+def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
+         timeout=None) -> Plan:
+    """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
+    if size not in SIZES:
+        raise ValueError(f"--size {size}: the ml suite has {' and '.join(SIZES)}")
+    missing = [name for name, module in (("scikit-learn", "sklearn"), ("dask-ml", "dask_ml")) if not find_spec(module)]
+    if missing:
+        raise ImportError(f"the ml suite needs {' and '.join(missing)}: pip install 'dask-gpu[ml]'")
+    if compare is not None:
+        raise ValueError("--compare: the ml suite has no dask-cuda column (its searches run the same on both)")
+    rows = SIZES[size] if rows is None else int(rows)
+    if rows < 2 * FOLDS * CLASSES:
+        raise ValueError(f"--rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
+                         f"not {rows}")
+    names, cols = tuple(workloads or WORKLOADS), columns(gpus)
+    protocol = protocol or default_protocol(cols)
+    check_options(names, WORKLOADS, compare, protocol, repeat, timeout or TIMEOUT)
+    cols, notes = gpu_notes(cols, None)
+    return Plan(size, rows, names, tuple(cols), tuple(notes), protocol, int(repeat))
+
+
+def columns(gpus=None) -> list[tuple[str, str, int]]:
+    """(label, kind, count): scikit-learn on every core, then dask-gpu's GPU columns."""
+    cores = os.cpu_count() or 1
+    return [(f"scikit-learn, {cores} cores", "cpu", cores),
+            *gpu_columns(gpu_counts(gpus, available_gpus()), None, "dask-gpu, ")]
+
+
+def data(rows: int, features: int, seed: int = SEED) -> dict:
+    """X (rows x features) of a rank-features/4 signal plus noise, a regression target y and 4 classes."""
+    rng = np.random.default_rng(seed)
+    rank = max(1, features // 4)
+    x = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, features))
+    x += 0.5 * rng.standard_normal((rows, features))
+    y = x @ rng.standard_normal(features) + rng.standard_normal(rows)
+    classes = np.argmax(x @ rng.standard_normal((features, CLASSES)), axis=1)
+    return {"X": x, "y": y, "classes": classes}
+
+
+def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
+    """Every workload in every column; ``progress(label)`` before each, ``status(text)`` before its warm-up and
+    timed runs, ``checkpoint(result)`` after each column."""
+    result = {"suite": "ml", "size": plan.size, "rows": plan.rows, "folds": FOLDS, "candidates": 8,
+              "features": {name: WORKLOADS[name].features[plan.size] for name in plan.workloads},
+              "protocol": plan.protocol, "repeat": plan.repeat,
+              "workloads": {name: WORKLOADS[name].text for name in plan.workloads}, "machine": machine_dict(),
+              "libraries": libraries(), "columns": [label for label, _, _ in plan.columns], "runs": [],
+              "notes": list(plan.notes)}
+    datasets = {name: data(plan.rows, WORKLOADS[name].features[plan.size]) for name in plan.workloads}
+    references = {}
+
+    def measure(engine, name, count):
+        row = _measure(engine, name, datasets[name], plan.repeat, status)
+        if "scores" in row:
+            references.setdefault(name, row["scores"])  # the first column, scikit-learn's
+            row["correct"] = bool(np.allclose(row["scores"], references[name], rtol=RTOL, atol=1e-12))
+        return row
+
+    def keep(result):
+        result["ratios"] = ratios(result["runs"], plan.columns)
+        if engine_notes:
+            result["notes"] = list(dict.fromkeys(result["notes"] + engine_notes))
+        if checkpoint:
+            checkpoint(result)
+
+    engine_notes = []
+    return run_columns(result, list(plan.columns), list(plan.workloads),
+                       lambda kind, count: _column(kind, count, plan.protocol, engine_notes), measure, progress, keep)
+
+
+def libraries() -> dict:
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def _measure(engine, name, arrays, repeat, status=None) -> dict:
+    """A warm-up search, then ``repeat`` timed ones; the last one's mean test scores."""
+    workload, times = WORKLOADS[name], []
+    try:
+        estimator, grid = workload.search(arrays["X"].shape[1])
+        with engine.data(arrays["X"], arrays[workload.target] if workload.target else None) as (x, y):
+            for i in range(1 + repeat):
+                if status:
+                    status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
+                gc.collect()
+                start = time.perf_counter()
+                search = engine.search(estimator, grid, x, y)
+                times.append(time.perf_counter() - start)
+    except Exception as e:  # a failing workload is a result, not the end of the table
+        return {"error": error_text(e)}
+    results = search.cv_results_  # best_params_ is Dask-ML's only where it refits
+    scores = [float(s) for s in results["mean_test_score"]]
+    best = results["params"][int(np.argmin(results["rank_test_score"]))]
+    row = {"first_seconds": times[0], "seconds": min(times[1:]), "fits": FOLDS * len(scores), "scores": scores,
+           "best_params": {k: _plain(v) for k, v in best.items()}}
+    if repeat > 1:
+        row["all_seconds"] = times[1:]
+    return row
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+@contextmanager
+def _column(kind, count, protocol, notes):
+    """The engine of one column: scikit-learn here, or a GPU cluster started once."""
+    if kind == "cpu":
+        yield _ScikitLearn()
+        return
+    from dask_gpu.ml import on_gpus
+
+    with ExitStack() as stack:
+        if os.environ.get("SCIPY_ARRAY_API") != "1":  # the workers' scipy, imported after they start, needs it
+            os.environ["SCIPY_ARRAY_API"] = "1"
+            stack.callback(os.environ.pop, "SCIPY_ARRAY_API")
+        client = gpu_client(stack, kind, count, protocol)
+        gpus = stack.enter_context(on_gpus(client))
+        notes.append(f"dask-gpu on {gpus}")
+        yield _GPUs(client, gpus)
+
+
+class _ScikitLearn:
+    """scikit-learn's GridSearchCV on NumPy arrays, every core busy (joblib's processes)."""
+
+    client = None
+
+    @contextmanager
+    def data(self, x, y):
+        yield x, y
+
+    def search(self, estimator, grid, x, y):
+        from sklearn.model_selection import GridSearchCV, KFold
+
+        return GridSearchCV(estimator, grid, cv=KFold(FOLDS), n_jobs=-1, refit=False).fit(x, y)
+
+
+class _GPUs:
+    """Dask-ML's GridSearchCV with every fit on a GPU worker, the data there as the estimators' arrays."""
+
+    def __init__(self, client, gpus):
+        self.client, self.gpus = client, gpus
+
+    @contextmanager
+    def data(self, x, y):
+        yield self.gpus.scatter(x, y)  # sent and moved to the device once, before the searches
+
+    def search(self, estimator, grid, x, y):
+        from dask_ml.model_selection import GridSearchCV
+        from sklearn.model_selection import KFold
+
+        return GridSearchCV(estimator, grid, cv=KFold(FOLDS), refit=False).fit(x, y)
+
+
+def ratios(runs: list[dict], columns) -> list[dict]:
+    """Each GPU column's speed-up over scikit-learn on every core (its seconds / the GPU's), correct runs only."""
+    kinds = {label: kind for label, kind, _ in columns}
+    cpu = next((label for label, kind, _ in columns if kind == "cpu"), None)
+    seconds = {(r["workload"], r["architecture"]): r["seconds"] for r in runs if r.get("correct")}
+    return [{"workload": name, "architecture": label, "against": cpu, "speedup": seconds[name, cpu] / mine}
+            for (name, label), mine in seconds.items() if kinds[label] == "gpu" and (name, cpu) in seconds]
+
+
+def table(result: dict) -> str:
+    head = (f"{result['rows']:,} rows, {FOLDS} folds, 8 candidates: {8 * FOLDS} fits a search, no refit; each time "
+            f"is the best of {result['repeat']} after a warm-up run")
+    lines = [head, runs_table(result, ok=" ✓")]
+    if result.get("ratios"):
+        names = list(result["workloads"])
+        by = {}
+        for r in result["ratios"]:
+            by.setdefault(f"{r['architecture']}: speed-up over {r['against']}", {})[r["workload"]] = r["speedup"]
+        rows = [(key, *(f"{cells[n]:.2f}x" if n in cells else "-" for n in names)) for key, cells in by.items()]
+        lines.append(text_table([("ratios", *names), *rows]))
+    return "\n".join([*lines, *startup_lines(result), *scaling_lines(result), *result["notes"]])
+
+
+def plot(result: dict, path: str) -> None:
+    """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
+    bar_chart(result, path, f"{result['rows']:,} rows, {8 * FOLDS} fits a search")

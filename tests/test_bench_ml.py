@@ -1,0 +1,91 @@
+"""``dask gpu bench --suite ml``: its columns, data, checks, ratios, table and JSON (CPU, simulated GPUs)."""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("sklearn")
+pytest.importorskip("dask_ml")
+
+from dask_gpu.benchmarks import ml  # noqa: E402
+from dask_gpu.cli import gpu  # noqa: E402
+
+CPU = f"scikit-learn, {os.cpu_count()} cores"
+
+
+def test_the_small_size_runs_scikit_learn_and_writes_json(no_gpu, tmp_path):
+    out = tmp_path / "ml.json"
+    result = CliRunner().invoke(gpu, ["bench", "--suite", "ml", "--size", "small", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for name, workload in ml.WORKLOADS.items():
+        assert re.search(rf"{name}: {re.escape(workload.text)} +\d+\.\d\d s ✓", result.output), result.output
+    assert "2,000 rows, 4 folds, 8 candidates: 32 fits a search" in result.output and "no GPU columns" in result.output
+    report = json.loads(out.read_text())
+    assert report["suite"] == "ml" and report["columns"] == [CPU] and report["rows"] == 2000
+    assert [r["workload"] for r in report["runs"]] == list(ml.WORKLOADS)
+    assert all(r["correct"] and r["fits"] == 32 and len(r["scores"]) == 8 and r["seconds"] > 0 for r in report["runs"])
+    assert report["features"] == {"pca": 16, "ridge": 16, "logistic": 16}
+    assert {"scikit-learn", "dask-ml"} <= set(report["libraries"]) and report["machine"]["gpus"]["state"] == "no-nvml"
+
+
+def test_gpu_columns_on_simulated_gpus_match_scikit_learn_and_have_ratios(simulate, monkeypatch):
+    simulate(2)
+    monkeypatch.setattr(ml, "available_gpus", lambda *args: 2)  # the GPU columns, on the NumPy fallback
+    plan = ml.plan("small", rows=400, workloads=["pca", "logistic"], gpus="2")
+    assert [label for label, _, _ in plan.columns] == [CPU, "dask-gpu, 2 GPUs"] and plan.steps == 4
+    result = ml.run(plan)
+    gpu_runs = [r for r in result["runs"] if r["architecture"] == "dask-gpu, 2 GPUs"]
+    assert len(gpu_runs) == 2 and all(r["correct"] for r in gpu_runs), gpu_runs
+    cpu = {r["workload"]: r for r in result["runs"] if r["architecture"] == CPU}
+    assert all(r["best_params"] == cpu[r["workload"]]["best_params"] for r in gpu_runs)
+    assert {r["workload"] for r in result["ratios"]} == {"pca", "logistic"}
+    assert all(r["against"] == CPU and r["speedup"] > 0 for r in result["ratios"])
+    text = ml.table(result)
+    assert re.search(rf"dask-gpu, 2 GPUs: speed-up over {CPU} +\d+\.\d\dx +\d+\.\d\dx", text), text
+    assert "dask-gpu on 2 simulated GPU workers: scikit-learn on NumPy arrays (simulated GPUs)" in text
+
+
+def test_the_data_is_seeded_low_rank_with_balanced_enough_classes():
+    a, b = ml.data(500, 16), ml.data(500, 16)
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a["X"].shape == (500, 16) and a["y"].shape == (500,)
+    spectrum = np.linalg.svd(a["X"] - a["X"].mean(0), compute_uv=False) ** 2
+    assert spectrum[:4].sum() > 0.9 * spectrum.sum()  # rank 4 of 16, the rest noise: PCA's search has an answer
+    assert set(np.unique(a["classes"])) == set(range(ml.CLASSES))
+
+
+def test_ratios_are_over_scikit_learn_for_right_runs_only():
+    columns = [(CPU, "cpu", 16), ("dask-gpu, 1 GPU", "gpu", 1)]
+    runs = [{"workload": "pca", "architecture": CPU, "seconds": 8.0, "correct": True},
+            {"workload": "pca", "architecture": "dask-gpu, 1 GPU", "seconds": 2.0, "correct": True},
+            {"workload": "ridge", "architecture": CPU, "seconds": 1.0, "correct": True},
+            {"workload": "ridge", "architecture": "dask-gpu, 1 GPU", "seconds": 0.5, "correct": False}]
+    assert ml.ratios(runs, columns) == [{"workload": "pca", "architecture": "dask-gpu, 1 GPU", "against": CPU,
+                                         "speedup": 4.0}]
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--size", "medium"], "--size medium: the ml suite has small and full"),
+        (["--workloads", "pca,lasso"], r"unknown workloads \['lasso'\]"),
+        (["--compare", "dask-cuda"], "--compare: the ml suite has no dask-cuda column"),
+        (["--rows", "10"], "--rows must be at least 32"),
+        (["--data", "somewhere"], "--data: options of --suite dataframe or tpch, not of --suite ml"),
+    ],
+)
+def test_bad_input_is_a_usage_error(args, match):
+    result = CliRunner().invoke(gpu, ["bench", "--suite", "ml", *args])
+    assert result.exit_code == 2 and re.search(match, result.output), result.output
+
+
+@pytest.mark.gpu
+def test_the_gpu_column_is_right():
+    plan = ml.plan("small", gpus="1")
+    result = ml.run(plan)
+    gpu_runs = [r for r in result["runs"] if r["architecture"] == "dask-gpu, 1 GPU"]
+    assert len(gpu_runs) == 3 and all(r.get("correct") for r in gpu_runs), gpu_runs
+    assert "scikit-learn on CuPy arrays" in ml.table(result)
