@@ -23,10 +23,10 @@ class GPUWorker(WorkerPlugin):
     """Prepares a GPU worker before its first task and remembers what it was given.
 
     Pins the process to the cores nearest its GPU, sets up the device allocator with
-    spilling on allocation failure, imports ``pre_import`` modules, warms cuDF where the
-    worker will hold cuDF dataframes (``warm_cudf``), exports the device memory metrics,
-    and answers :meth:`info` for ``dask gpu config``. Without ``warm_cudf`` it makes no
-    CUDA context: the first task that needs one does.
+    spilling on allocation failure, imports ``pre_import`` modules, gets dask.array and CuPy
+    ready (:mod:`dask_gpu.array.start`: the imports and, on a real device, the CUDA context),
+    warms cuDF where the worker will hold cuDF dataframes (``warm_cudf``), exports the device
+    memory metrics, and answers :meth:`info` for ``dask gpu config``.
     """
 
     name = "dask-gpu"
@@ -40,7 +40,7 @@ class GPUWorker(WorkerPlugin):
         self.allocator = allocator
         self.cudf_spill = tuple(cudf_spill)  # (on, statistics level)
         self.warm_cudf = warm_cudf
-        self.warmed_seconds = None  # what warming cuDF took, where it was warmed
+        self.warmed_seconds = None  # what getting arrays (and cuDF, where warmed) ready took
 
     def setup(self, worker):
         from dask_gpu.memory import stats
@@ -53,10 +53,13 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
+        from dask_gpu.array import start as arrays
+
+        self.warmed_seconds = arrays.warm(bool(self.device.get("simulated")))  # before the worker registers
         if self.warm_cudf:  # before the worker registers: no task runs meanwhile
             from dask_gpu.dataframe import start
 
-            self.warmed_seconds = start.warm(worker.local_directory)  # shown by dask gpu bench
+            self.warmed_seconds += start.warm(worker.local_directory)  # shown by dask gpu bench
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)

@@ -180,9 +180,9 @@ def test_gpu_columns_and_their_ratios(monkeypatch):
     result = {"rows": 10, "files": 1, "right_rows": 1, "data": "d", "repeat": 1, "notes": [],
               "workloads": {"sort": "s", "q1": "q"}, "columns": list(seconds), "runs": runs,
               "ratios": dataframe.ratios(runs, columns), "scaling": []}
-    result["startup"] = {"dask-gpu, 1 GPU": {"seconds": 6.25, "cudf_warm_seconds": 2.5}, cpu: {"seconds": 1.5}}
+    result["startup"] = {"dask-gpu, 1 GPU": {"seconds": 6.25, "worker_ready_seconds": 2.5}, cpu: {"seconds": 1.5}}
     text = dataframe.table(result)
-    assert f"start-up: dask-gpu, 1 GPU 6.25 s, cuDF warmed in 2.50 s on each worker; {cpu} 1.50 s" in text, text
+    assert f"start-up: dask-gpu, 1 GPU 6.25 s, each worker ready in 2.50 s; {cpu} 1.50 s" in text, text
     assert re.search(r"dask-gpu, 1 GPU: speed-up over pandas, \d+ cores +4\.00x +-", text), text
     assert re.search(r"dask-gpu, 1 GPU: x the time of cuDF, one process +2\.00x", text)
     assert re.search(r"dask-gpu, 4 GPUs: speed-up over dask-cuda, 4 GPUs +1\.50x", text)

@@ -171,12 +171,13 @@ def scaling(runs: list[dict], columns: dict) -> list[dict]:
 
 
 def worker_startup(context) -> dict:
-    """What a column's GPU workers did as they started, beside one another: the seconds each took to warm cuDF."""
+    """What a column's GPU workers did as they started, beside one another: the seconds the slowest took to get
+    ready (dask.array, CuPy and the CUDA context, and cuDF where its partitions are asked for)."""
     client = getattr(context, "client", None)
     if client is None:
         return {}
     warmed = [s for s in client.run(_warmed).values() if s is not None]
-    return {"cudf_warm_seconds": max(warmed)} if warmed else {}
+    return {"worker_ready_seconds": max(warmed)} if warmed else {}
 
 
 def _warmed(dask_worker):
@@ -185,10 +186,10 @@ def _warmed(dask_worker):
 
 
 def startup_lines(result: dict) -> list[str]:
-    """Each column's start-up: from asking for it to its first workload, and cuDF's warm-up in its workers."""
+    """Each column's start-up: from asking for it to its first workload, and how long its workers took to get ready."""
     parts = []
     for label, s in result.get("startup", {}).items():
-        warm = f", cuDF warmed in {s['cudf_warm_seconds']:.2f} s on each worker" if "cudf_warm_seconds" in s else ""
+        warm = f", each worker ready in {s['worker_ready_seconds']:.2f} s" if "worker_ready_seconds" in s else ""
         parts.append(f"{label} {s['seconds']:.2f} s{warm}")
     return ["start-up: " + "; ".join(parts)] if parts else []
 
