@@ -8,6 +8,8 @@ Dask-ML builds its search as a low-level graph and hands it to the scheduler tha
 block that scheduler is :meth:`GPUs.get`: every computation (the fits and scores, the type of target Dask-ML
 computes for a classifier, the refit) runs on the workers with the ``GPU`` resource, one task per GPU at a
 time, and a failing fit raises at once (Dask-ML's own loop over a distributed client retries it for ever).
+What the block submits through the client itself (``client.submit``, ``persist``, ``compute``: cuML's Dask
+estimators do so) carries the same resource, so that it too stays off the cluster's CPU workers.
 Where the GPUs are real, those tasks run in an executor whose threads turn on scikit-learn's Array API
 dispatch, so that estimators that support it compute with CuPy on the arrays where they lie; on simulated
 GPUs they run scikit-learn on NumPy, and :class:`GPUs` says so.
@@ -127,7 +129,8 @@ class GPUs:
 @contextmanager
 def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None):
     """Every dask computation in the block runs on the GPU workers of ``client`` (default: the current client):
-    Dask-ML's ``GridSearchCV.fit`` and ``RandomizedSearchCV.fit`` among them. Yields the :class:`GPUs`.
+    Dask-ML's ``GridSearchCV.fit`` and ``RandomizedSearchCV.fit`` among them, and what is submitted through a
+    client (as cuML's Dask estimators do). Yields the :class:`GPUs`.
     ``array_api``: scikit-learn's Array API dispatch in those tasks (default: on where the GPUs are real).
 
     Errors before anything runs: no client, no worker with ``resource``, scikit-learn missing on a GPU worker.
@@ -142,7 +145,7 @@ def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None):
     if gpus.array_api:
         client.register_plugin(ArrayAPI(resource))
     logger.info("fits on %s", gpus)
-    with dask.config.set(scheduler=gpus.get):
+    with dask.config.set(scheduler=gpus.get), dask.annotate(resources={resource: 1}):
         yield gpus
 
 

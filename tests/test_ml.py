@@ -76,6 +76,19 @@ def test_every_fit_runs_on_a_gpu_worker_and_matches_scikit_learn(mixed):
     assert dask.config.get("scheduler") != gpus.get  # the block's scheduler is gone with it
 
 
+def test_what_the_block_submits_through_the_client_stays_on_gpu_workers(mixed):
+    cluster, client = mixed
+    with on_gpus(client):
+        futures = client.map(lambda i: get_worker().name, range(12), pure=False)
+        persisted = client.persist(dask.array.ones(12, chunks=1) + 1)
+        ran = set(client.gather(futures))
+    assert ran <= {"gpu-0", "gpu-1"}, ran
+    holders = {cluster.scheduler.workers[a].name for holders in client.who_has(persisted).values() for a in holders}
+    assert holders <= {"gpu-0", "gpu-1"}, holders
+    after = client.map(lambda i: get_worker().name, range(12), pure=False, workers=["cpu-0"])
+    assert set(client.gather(after)) == {"cpu-0"}  # outside the block, the CPU worker takes work again
+
+
 def test_a_classifier_with_folds_by_count_computes_its_target_type_on_the_gpus_too(mixed):
     cluster, client = mixed
     x, y = data()
