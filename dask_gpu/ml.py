@@ -77,11 +77,21 @@ class GPUs:
     scikit-learn's Array API dispatch is on in the tasks; by default where ``device``.
     """
 
-    def __init__(self, client, resource: str = "GPU", array_api: bool | None = None):
+    def __init__(self, client, resource: str = "GPU", array_api: bool | None = None, fits_per_gpu: int = 1):
         if not isinstance(resource, str) or not resource:
             raise TypeError(f"resource must be the name of the workers' GPU resource, such as 'GPU', not {resource!r}")
-        self.client, self.resource = client, resource
+        if isinstance(fits_per_gpu, bool) or not isinstance(fits_per_gpu, int) or fits_per_gpu < 1:
+            raise ValueError(f"fits_per_gpu must be a whole number of fits at once on each GPU, 1 or more, not "
+                             f"{fits_per_gpu!r}")
+        self.client, self.resource, self.fits_per_gpu = client, resource, fits_per_gpu
+        # a share a little under 1/n: n of them fit in the worker's 1, whatever the floating-point sum
+        self.share = 1.0 if fits_per_gpu == 1 else (1 - 1e-9) / fits_per_gpu
         self.workers = gpu_workers(client, resource)
+        threads = min(client.scheduler_info(n_workers=-1)["workers"][a]["nthreads"] for a in self.workers)
+        if threads < fits_per_gpu:
+            raise ValueError(f"fits_per_gpu={fits_per_gpu}, but the GPU workers run {threads} thread(s) each: start "
+                             f"them with {fits_per_gpu} (LocalCUDACluster(threads_per_worker={fits_per_gpu}), dask "
+                             f"gpu worker --nthreads {fits_per_gpu})")
         states = client.run(worker_state, workers=self.workers)
         lacking = sorted(address for address, state in states.items() if not state["sklearn"])
         if lacking:
@@ -94,6 +104,8 @@ class GPUs:
     def __str__(self):
         n = len(self.workers)
         where = f"{n} {'simulated ' if self.simulated else ''}GPU worker{'s' if n > 1 else ''}"
+        if self.fits_per_gpu > 1:
+            where += f", {self.fits_per_gpu} fits at once on each"
         if self.device:
             return f"{where}: scikit-learn on CuPy arrays" + ("" if self.array_api else ", without Array API dispatch")
         why = "simulated GPUs" if self.simulated else "CuPy is not installed there"
@@ -104,7 +116,7 @@ class GPUs:
         """Dask's scheduler interface: the values of ``keys`` of graph ``dsk``, computed on the GPU workers.
         Other keywords (Dask-ML's ``num_workers``) are for local schedulers and are ignored."""
         with dask.annotate(**({"executor": EXECUTOR} if self.array_api else {})):
-            return self.client.get(dsk, keys, resources={self.resource: 1})
+            return self.client.get(dsk, keys, resources={self.resource: self.share})
 
     def scatter(self, *arrays):
         """Each array on one GPU worker, as the array that the estimators compute on there: CuPy where the
@@ -116,22 +128,24 @@ class GPUs:
             if array is None:
                 out.append(None)
             elif dask.is_dask_collection(array):
-                with dask.annotate(resources={self.resource: 1}):
+                with dask.annotate(resources={self.resource: self.share}):
                     moved = array.map_blocks(to_device, self.device, dtype=array.dtype)
                 out.append(self.client.persist(moved, optimize_graph=False))  # fusing would drop the annotation
             else:
                 host = self.client.scatter(array, workers=self.workers[:1])  # X and y on one worker, together
-                future = self.client.submit(to_device, host, self.device, resources={self.resource: 1})
+                future = self.client.submit(to_device, host, self.device, resources={self.resource: self.share})
                 out.append(dask.delayed(future))
         return out[0] if len(arrays) == 1 else out
 
 
 @contextmanager
-def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None):
+def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None, fits_per_gpu: int = 1):
     """Every dask computation in the block runs on the GPU workers of ``client`` (default: the current client):
     Dask-ML's ``GridSearchCV.fit`` and ``RandomizedSearchCV.fit`` among them, and what is submitted through a
     client (as cuML's Dask estimators do). Yields the :class:`GPUs`.
     ``array_api``: scikit-learn's Array API dispatch in those tasks (default: on where the GPUs are real).
+    ``fits_per_gpu``: tasks at once on each GPU worker (default 1; more needs as many worker threads), which
+    overlaps the host-side work of small or host-bound fits.
 
     Errors before anything runs: no client, no worker with ``resource``, scikit-learn missing on a GPU worker.
     """
@@ -141,11 +155,11 @@ def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None):
         except ValueError:
             raise ValueError("on_gpus needs a dask client: start a cluster with GPU workers (dask_gpu."
                              "LocalCUDACluster, dask gpu worker) and a distributed.Client first") from None
-    gpus = GPUs(client, resource, array_api)
+    gpus = GPUs(client, resource, array_api, fits_per_gpu)
     if gpus.array_api:
         client.register_plugin(ArrayAPI(resource))
     logger.info("fits on %s", gpus)
-    with dask.config.set(scheduler=gpus.get), dask.annotate(resources={resource: 1}):
+    with dask.config.set(scheduler=gpus.get), dask.annotate(resources={resource: gpus.share}):
         yield gpus
 
 

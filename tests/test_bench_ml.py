@@ -35,18 +35,22 @@ def test_the_small_size_runs_scikit_learn_and_writes_json(no_gpu, tmp_path):
 def test_gpu_columns_on_simulated_gpus_match_scikit_learn_and_have_ratios(simulate, monkeypatch):
     simulate(2)
     monkeypatch.setattr(ml, "available_gpus", lambda *args: 2)  # the GPU columns, on the NumPy fallback
-    plan = ml.plan("small", rows=400, workloads=["pca", "logistic"], gpus="2")
-    assert [label for label, _, _ in plan.columns] == [CPU, "dask-gpu, 2 GPUs"] and plan.steps == 4
+    shared = f"dask-gpu, 1 GPU, {ml.AT_ONCE} fits at once"
+    assert [label for label, _, _ in ml.columns()] == [CPU, "dask-gpu, 1 GPU", "dask-gpu, 2 GPUs", shared]
+    plan = ml.plan("small", rows=400, workloads=["pca", "logistic"], gpus="1")
+    assert [label for label, _, _ in plan.columns] == [CPU, "dask-gpu, 1 GPU", shared] and plan.steps == 6
     result = ml.run(plan)
-    gpu_runs = [r for r in result["runs"] if r["architecture"] == "dask-gpu, 2 GPUs"]
-    assert len(gpu_runs) == 2 and all(r["correct"] for r in gpu_runs), gpu_runs
+    gpu_runs = [r for r in result["runs"] if r["architecture"] != CPU]
+    assert len(gpu_runs) == 4 and all(r["correct"] for r in gpu_runs), gpu_runs
     cpu = {r["workload"]: r for r in result["runs"] if r["architecture"] == CPU}
     assert all(r["best_params"] == cpu[r["workload"]]["best_params"] for r in gpu_runs)
-    assert {r["workload"] for r in result["ratios"]} == {"pca", "logistic"}
+    assert {(r["workload"], r["architecture"]) for r in result["ratios"]} == {
+        (w, a) for w in ("pca", "logistic") for a in ("dask-gpu, 1 GPU", shared)}
     assert all(r["against"] == CPU and r["speedup"] > 0 for r in result["ratios"])
     text = ml.table(result)
-    assert re.search(rf"dask-gpu, 2 GPUs: speed-up over {CPU} +\d+\.\d\dx +\d+\.\d\dx", text), text
-    assert "dask-gpu on 2 simulated GPU workers: scikit-learn on NumPy arrays (simulated GPUs)" in text
+    assert re.search(rf"dask-gpu, 1 GPU: speed-up over {CPU} +\d+\.\d\dx +\d+\.\d\dx", text), text
+    assert "dask-gpu on 1 simulated GPU worker: scikit-learn on NumPy arrays (simulated GPUs)" in text
+    assert f"dask-gpu on 1 simulated GPU worker, {ml.AT_ONCE} fits at once on each: scikit-learn on NumPy" in text
 
 
 def test_the_data_is_seeded_low_rank_with_balanced_enough_classes():

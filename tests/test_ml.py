@@ -50,8 +50,8 @@ def data(n=400, d=5):
 def mixed():
     """Two simulated GPU workers and a CPU worker, whose workers give scipy its Array API switch."""
     with dask.config.set({"gpu.simulate": 2}):
-        with LocalCUDACluster(cpu_workers=1, dashboard_address=False, env={"SCIPY_ARRAY_API": "1"}) as cluster, \
-                Client(cluster) as client:
+        with LocalCUDACluster(cpu_workers=1, threads_per_worker=2, dashboard_address=False,
+                              env={"SCIPY_ARRAY_API": "1"}) as cluster, Client(cluster) as client:
             yield cluster, client
 
 
@@ -128,6 +128,28 @@ def test_with_array_api_every_fit_runs_with_scikit_learns_dispatch_on(mixed):
     assert by_name == {"gpu-0": True, "gpu-1": True, "cpu-0": False}
 
 
+def spans(i):
+    start = time.monotonic()
+    time.sleep(0.3)
+    return get_worker().name, start, time.monotonic()
+
+
+def overlaps(runs):
+    by = {}
+    for name, start, end in runs:
+        by.setdefault(name, []).append((start, end))
+    return any(b[0] < a[1] for times in by.values() for a, b in zip(sorted(times), sorted(times)[1:]))
+
+
+@pytest.mark.parametrize("fits, overlapping", [(1, False), (2, True)])
+def test_fits_per_gpu_runs_that_many_at_once_on_each_gpu(mixed, fits, overlapping):
+    cluster, client = mixed  # two threads a GPU worker
+    with on_gpus(client, fits_per_gpu=fits) as gpus:
+        runs = client.gather(client.map(spans, range(8), pure=False))
+    assert {name for name, _, _ in runs} <= {"gpu-0", "gpu-1"} and overlaps(runs) is overlapping
+    assert fits == 1 or str(gpus).startswith("2 simulated GPU workers, 2 fits at once on each: ")
+
+
 def test_a_failing_fit_raises_at_once_rather_than_being_retried(mixed):
     cluster, client = mixed
     start = time.monotonic()
@@ -160,7 +182,7 @@ def test_no_client_is_an_error_that_says_what_to_do(monkeypatch):
 
 def fake_client(resources, states=None):
     """A client whose scheduler and workers answer as given: address -> resources, address -> worker state."""
-    workers = {address: {"resources": r} for address, r in resources.items()}
+    workers = {address: {"resources": r, "nthreads": 1} for address, r in resources.items()}
     states = states or {}
     return types.SimpleNamespace(scheduler_info=lambda n_workers: {"workers": workers},
                                  run=lambda f, workers: {a: states[a] for a in workers})
@@ -174,6 +196,12 @@ def test_bad_input_is_refused_before_anything_runs():
         GPUs(fake_client({}))
     with pytest.raises(TypeError, match="resource must be the name of the workers' GPU resource"):
         GPUs(fake_client({"tcp://a": {"GPU": 1}}), {"GPU": 1})
+    with pytest.raises(ValueError, match=r"fits_per_gpu must be a whole number of fits at once on each GPU, 1 or more, "
+                                         r"not 0"):
+        GPUs(fake_client({"tcp://a": {"GPU": 1}}), fits_per_gpu=0)
+    with pytest.raises(ValueError, match=r"fits_per_gpu=2, but the GPU workers run 1 thread\(s\) each: start them "
+                                         r"with 2 \(LocalCUDACluster\(threads_per_worker=2\)"):
+        GPUs(fake_client({"tcp://a": {"GPU": 1}}), fits_per_gpu=2)
     lacking = {"tcp://a": {"sklearn": None, "cupy": True, "simulated": False}}
     with pytest.raises(ImportError, match=r"scikit-learn is not installed on the GPU worker\(s\) tcp://a: install "
                                           r"dask-gpu\[ml\]"):
