@@ -276,8 +276,7 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
                    "suite small (scale factor 0.01) and full (10); the ml suite small (2,000 rows) and full (100,000).")
 @click.option("--shape", type=click.IntRange(min=1), help="Side of the square array (overrides --size; array suite).")
 @click.option("--chunks", type=click.IntRange(min=1), help="Side of a square chunk (overrides --size; array suite).")
-@click.option("--rows", type=click.IntRange(min=1),
-              help="Rows of the dataframe suite's table or of the ml suite's data (overrides --size).")
+@click.option("--rows", type=click.IntRange(min=1), help="Rows of the dataframe suite's table (overrides --size).")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="TPC-H scale factor, about 1 GB of data each (overrides --size; tpch suite).")
 @click.option("--data", "data_dir", type=click.Path(),
@@ -313,7 +312,7 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
 
     module = {"dataframe": dataframe, "tpch": tpch, "ml": ml}.get(suite, seed)
     owners = {"--shape": (shape, ("array",)), "--chunks": (chunks, ("array",)),
-              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe", "ml")),
+              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe",)),
               "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)),
               "--data": (data_dir, ("dataframe", "tpch"))}
     wrong = [option for option, (value, owner) in owners.items() if value is not None and suite not in owner]
@@ -333,7 +332,7 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
             plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
             steps, run = plan.steps, functools.partial(dataframe.run, plan)
         elif suite == "ml":
-            plan = ml.plan(size, rows, names, compare, gpus, protocol, repeat, timeout)
+            plan = ml.plan(size, None, names, compare, gpus, protocol, repeat, timeout)
             steps, run = plan.steps, functools.partial(ml.run, plan)
         elif suite == "tpch":
             plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines)

@@ -77,13 +77,18 @@ def test_ratios_are_over_scikit_learn_for_right_runs_only():
         (["--size", "medium"], "--size medium: the ml suite has small and full"),
         (["--workloads", "pca,lasso"], r"unknown workloads \['lasso'\]"),
         (["--compare", "dask-cuda"], "--compare: the ml suite has no dask-cuda column"),
-        (["--rows", "10"], "--rows must be at least 32"),
+        (["--rows", "1000"], "--rows: options of --suite dataframe, not of --suite ml"),
         (["--data", "somewhere"], "--data: options of --suite dataframe or tpch, not of --suite ml"),
     ],
 )
 def test_bad_input_is_a_usage_error(args, match):
     result = CliRunner().invoke(gpu, ["bench", "--suite", "ml", *args])
     assert result.exit_code == 2 and re.search(match, result.output), result.output
+
+
+def test_too_few_rows_for_the_folds_is_an_error():
+    with pytest.raises(ValueError, match="rows must be at least 32 for 4 folds of 4 classes, not 10"):
+        ml.plan("small", rows=10)
 
 
 @pytest.mark.gpu

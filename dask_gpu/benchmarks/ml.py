@@ -104,7 +104,7 @@ def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, proto
         raise ValueError("--compare: the ml suite has no dask-cuda column (its searches run the same on both)")
     rows = SIZES[size] if rows is None else int(rows)
     if rows < 2 * FOLDS * CLASSES:
-        raise ValueError(f"--rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
+        raise ValueError(f"rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
                          f"not {rows}")
     names, cols = tuple(workloads or WORKLOADS), columns(gpus)
     protocol = protocol or default_protocol(cols)
