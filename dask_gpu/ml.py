@@ -86,8 +86,9 @@ class GPUs:
         self.client, self.resource, self.fits_per_gpu = client, resource, fits_per_gpu
         # a share a little under 1/n: n of them fit in the worker's 1, whatever the floating-point sum
         self.share = 1.0 if fits_per_gpu == 1 else (1 - 1e-9) / fits_per_gpu
-        self.workers = gpu_workers(client, resource)
-        threads = min(client.scheduler_info(n_workers=-1)["workers"][a]["nthreads"] for a in self.workers)
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        self.workers = gpu_workers(info, resource)
+        threads = min(info[address]["nthreads"] for address in self.workers)
         if threads < fits_per_gpu:
             raise ValueError(f"fits_per_gpu={fits_per_gpu}, but the GPU workers run {threads} thread(s) each: start "
                              f"them with {fits_per_gpu} (LocalCUDACluster(threads_per_worker={fits_per_gpu}), dask "
@@ -163,9 +164,9 @@ def on_gpus(client=None, resource: str = "GPU", array_api: bool | None = None, f
         yield gpus
 
 
-def gpu_workers(client, resource: str = "GPU") -> list[str]:
-    """Addresses of the workers that have one or more ``resource``; a ValueError that says what to do where none has."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+def gpu_workers(workers: dict, resource: str = "GPU") -> list[str]:
+    """Addresses of the workers (the scheduler's address -> worker info) that have one or more ``resource``; a
+    ValueError that says what to do where none has."""
     found = sorted(address for address, info in workers.items() if info.get("resources", {}).get(resource, 0) >= 1)
     if found:
         return found
