@@ -79,8 +79,9 @@ def test_every_gpu_worker_gets_the_directory(simulate, tmp_path):
 
 # -- CUB's block reductions, which CuPy would compile at first use -------------------------------
 
-FAKE_CUPY = {  # a cupy package with CuPy's accelerator switches, as CuPy reads CUPY_ACCELERATORS
-    "__init__.py": "from cupy import _core, cuda\n",
+FAKE_CUPY = {  # a cupy package with CuPy's accelerator switches, as CuPy reads CUPY_ACCELERATORS, and an array
+    # type for dask.array, which registers CuPy's where it finds it installed
+    "__init__.py": "from cupy import _core, cuda\nclass ndarray:\n    pass\n",
     "cuda/__init__.py": "from cupy.cuda import compiler\n",
     "cuda/compiler.py": "import os\n_use_pch = os.environ.get('CUPY_NVRTC_USE_PCH') == '1'\n",
     "_core/__init__.py": "from cupy._core import _accelerator\n",
