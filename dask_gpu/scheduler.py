@@ -22,6 +22,7 @@ from dask_gpu import internals
 from dask_gpu.dataframe.scheduler import DeviceShuffles
 
 logger = logging.getLogger("dask_gpu")
+GONE = 64  # removed workers remembered while a late memory event of theirs may come
 
 
 class MemoryDeaths(SchedulerPlugin):
@@ -30,8 +31,10 @@ class MemoryDeaths(SchedulerPlugin):
     A nanny that terminates its worker for memory (``distributed.worker.memory.terminate``) logs an event
     on the scheduler first; the scheduler removes the worker once its process is gone, and errs a task
     that has killed too many workers (``allowed-failures``) with a ``KilledWorker`` made there. The event
-    comes first: the nanny sends it as it sends SIGTERM, and a process over its memory limit takes longer
-    to exit (one that comes late leaves distributed's error as it is). The note goes into the task's
+    mostly comes first: the nanny sends it as it sends SIGTERM, and a process over its memory limit takes
+    longer to exit. On a busy machine it can come after the removal: the tries of the tasks the worker was
+    running still count then, and only the last try's late event leaves distributed's error as it is. The
+    note goes into the task's
     exception as the task errs, so that its dependents carry it, and the task itself, whose message to
     its clients is already made, is reported again.
     """
@@ -43,6 +46,7 @@ class MemoryDeaths(SchedulerPlugin):
         self.scheduler = None
         self.limits = {}  # address -> memory limit, of workers being restarted for memory
         self.deaths = Counter()  # key -> its earlier tries that ended in a restart for memory
+        self.gone = {}  # address -> the keys it was running, of workers removed before any memory event of theirs
         self.noted = []  # keys whose KilledWorker got the note, to report again
 
     async def start(self, scheduler) -> None:
@@ -51,14 +55,22 @@ class MemoryDeaths(SchedulerPlugin):
     def log_event(self, topic, msg) -> None:
         if self.scheduler is None:
             return
+        tasks = self.scheduler.tasks
         if topic == internals.MEMORY_RESTART_EVENT and isinstance(msg, dict):
             ws = self.scheduler.workers.get(msg.get("worker"))
             if ws is not None:
                 self.limits[ws.address] = ws.memory_limit
-        elif (removed := internals.removed_worker(topic, msg)) and removed[0] in self.limits:
+            elif msg.get("worker") in self.gone:  # removed already: its tasks' tries ended for memory all the same
+                self.deaths.update(key for key in self.gone.pop(msg.get("worker")) if key in tasks)
+        elif removed := internals.removed_worker(topic, msg):
             # the tasks that will run again (a task that erred here has its note already)
-            tasks = self.scheduler.tasks
-            self.deaths.update(key for key in removed[1] if key in tasks and tasks[key].state == "processing")
+            running = [key for key in removed[1] if key in tasks and tasks[key].state == "processing"]
+            if removed[0] in self.limits:
+                self.deaths.update(running)
+            else:
+                self.gone[removed[0]] = running
+                if len(self.gone) > GONE:
+                    self.gone.pop(next(iter(self.gone)))
 
     def transition(self, key, start, finish, *args, worker=None, exception=None, **kwargs) -> None:
         if finish not in ("memory", "erred", "forgotten"):

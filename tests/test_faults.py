@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
@@ -373,3 +374,22 @@ def test_200_clients_at_once_each_get_their_own_right_answer_and_close(simulate)
         wait_for(lambda: set(cluster.scheduler.clients) <= {client.id, "fire-and-forget"}, timeout=30,
                  what="the clients to leave the scheduler")
         assert client.submit(slow_square, 3).result(timeout=30) == 9
+
+
+@pytest.mark.parametrize("event_first", [True, False], ids=["event, then removal", "removal, then event"])
+def test_a_memory_restart_counts_whether_its_event_comes_before_or_after_the_removal(event_first):
+    from dask_gpu import internals
+    from dask_gpu.scheduler import MemoryDeaths
+
+    plugin = MemoryDeaths()
+    task = types.SimpleNamespace(state="processing")
+    plugin.scheduler = types.SimpleNamespace(workers={"tcp://w1": types.SimpleNamespace(address="tcp://w1",
+                                                                                           memory_limit=2**28)},
+                                             tasks={"x": task, "y": task})
+    event = (internals.MEMORY_RESTART_EVENT, {"worker": "tcp://w1"})
+    removal = ("all", {"action": "remove-worker", "worker": "tcp://w1", "processing-tasks": ["x", "gone-key"]})
+    for topic, msg in (event, removal) if event_first else (removal, event):
+        if topic == "all":
+            plugin.scheduler.workers.pop("tcp://w1")
+        plugin.log_event(topic, msg)
+    assert plugin.deaths == {"x": 1} and not plugin.gone
