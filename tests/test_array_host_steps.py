@@ -86,6 +86,16 @@ def optimized(y):
     return optimization.optimize(y.__dask_graph__(), y.__dask_keys__())
 
 
+def test_with_a_large_result_moved_ones_return_to_the_gpu_and_other_values_stay(stand_in, monkeypatch):
+    monkeypatch.setattr(host_steps, "SMALL", 4)
+    large, small = np.ones(8).view(DeviceArray), host_steps.Moved({"n": np.array([2.0])})
+    seen = {}
+    step = host_steps.Step(lambda pairs, ddof=None: seen.update(pairs=pairs, ddof=ddof), last=False)
+    step([large, small], ddof=np.int64(1))
+    assert seen["pairs"][0] is large and isinstance(seen["pairs"][1]["n"], DeviceArray)
+    assert type(seen["ddof"]) is np.int64 and DeviceArray.copies == 0
+
+
 def test_a_step_without_gpu_data_runs_as_it_is():
     step = host_steps.Step(lambda pairs, axis=None: pairs["total"] / pairs["n"], last=True)
     answer = step({"total": np.array([6.0]), "n": np.array([3])})

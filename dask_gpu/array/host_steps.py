@@ -72,7 +72,7 @@ class Step:
         if not arrays and not moved:  # no GPU data after all: as it is
             return self.func(*args, **kwargs)
         if any(a.size > SMALL for a in arrays):  # large results stay on the GPU, moved ones return there
-            return self.func(*_convert(args, to_device), **_convert(kwargs, to_device))
+            return self.func(*_convert(args, _same, to_device), **_convert(kwargs, _same, to_device))
         answer = self.func(*_convert(args, to_host), **_convert(kwargs, to_host))
         return _convert(answer, to_device) if self.last else Moved(answer)
 
@@ -128,15 +128,20 @@ def _device_arrays(tree) -> tuple[list, bool]:
     return arrays, moved
 
 
-def _convert(tree, convert):
-    """``tree`` with its moved results unwrapped and each array passed through ``convert``."""
+def _convert(tree, convert, moved=None):
+    """``tree`` with each value in it passed through ``convert``, and the values of its moved results through
+    ``moved`` (``convert`` where not given)."""
     if isinstance(tree, Moved):
-        return _convert(tree.value, convert)
+        return _convert(tree.value, moved or convert)
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_convert(node, convert) for node in tree)
+        return type(tree)(_convert(node, convert, moved) for node in tree)
     if isinstance(tree, dict):
-        return {key: _convert(node, convert) for key, node in tree.items()}
+        return {key: _convert(node, convert, moved) for key, node in tree.items()}
     return convert(tree)
+
+
+def _same(value):
+    return value
 
 
 def to_host(value):
