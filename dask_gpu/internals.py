@@ -57,6 +57,19 @@ def __getattr__(name: str):
 
 # --- distributed ------------------------------------------------------------------------------
 
+def known_type_name(key) -> str | None:
+    """The type of ``key``'s value as a scheduler of this process has it (``TaskState.type``, a dotted name),
+    where one has it. A graph that a scheduler takes in holds its persisted values as futures unpickled
+    there, which know no type; the scheduler knows it from the worker that holds the value."""
+    from distributed.scheduler import Scheduler
+
+    for scheduler in list(Scheduler._instances):
+        ts = scheduler.tasks.get(key)
+        if ts is not None and ts.type:
+            return ts.type
+    return None
+
+
 def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
     """distributed's keywords for a :class:`ShuffleRun` on the worker of ``plugin`` (its shuffle worker
     plugin), for a run that keeps no files: no disk, and no limit on what it would write."""

@@ -1,6 +1,9 @@
 """The last steps of GPU reductions on the host (dask_gpu.array.host_steps): same answers, given back to the GPU."""
 
+import os
 import pickle
+import subprocess
+import sys
 
 import dask
 import dask.array as da
@@ -117,3 +120,74 @@ def test_on_cupy_the_answers_equal_numpy_s_and_stay_cupy(name):
     got = REDUCTIONS[name](x.map_blocks(cupy.asarray)).compute()
     assert isinstance(got, cupy.ndarray)
     assert np.allclose(cupy.asnumpy(got), REDUCTIONS[name](x).compute(), rtol=1e-10)
+
+
+def test_a_scheduler_knows_the_type_of_a_persisted_value():
+    from distributed import Client, LocalCluster
+
+    from dask_gpu import internals
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
+        future = client.submit(np.ones, 3)
+        future.result()
+        assert internals.known_type_name(future.key) == "numpy.ndarray"
+        assert internals.known_type_name("no-such-key") is None
+
+
+FAKE_CUPY = '''
+"""CuPy's array as far as dask and dask-gpu look at it: NumPy's, counting its copies to the host."""
+import types
+import numpy as np
+
+class ndarray(np.ndarray):
+    copies = 0
+    __cuda_array_interface__ = property(lambda self: {})
+
+    def get(self):
+        ndarray.copies += 1
+        return self.view(np.ndarray).copy()
+
+    @property
+    def data(self):
+        base = self
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        return types.SimpleNamespace(mem=types.SimpleNamespace(ptr=base.ctypes.data, size=base.nbytes))
+
+ndarray.__module__ = "cupy._core.core"
+concatenate, take, tensordot, empty, einsum = np.concatenate, np.take, np.tensordot, np.empty, np.einsum
+def asarray(a, **kwargs): return np.asarray(a).view(ndarray)
+def asnumpy(a, **kwargs): return np.asarray(a).view(np.ndarray)
+'''
+
+PERSISTED = '''
+import dask.array as da
+from distributed import Client, wait
+import cupy
+from dask_gpu import LocalCUDACluster
+
+if __name__ == "__main__":
+    with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        x = client.persist(da.random.default_rng(0).random((200, 150), chunks=50).map_blocks(cupy.asarray))
+        wait(x)
+        value = float(x.var().map_blocks(cupy.asnumpy, dtype=float).compute())  # to the client as NumPy
+        copies = list(client.run(lambda: __import__("cupy").ndarray.copies).values())
+        print(value, copies)
+'''
+
+
+def test_over_persisted_gpu_chunks_on_a_cluster_the_last_steps_run_on_the_host(tmp_path):
+    """The scheduler takes the graph in with the persisted chunks as futures of unknown type: it still finds
+    them to be GPU data, and the worker's last steps copy the chunks' results to the host."""
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(FAKE_CUPY)
+    (tmp_path / "persisted.py").write_text(PERSISTED)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "DASK_GPU__SIMULATE": "1"}
+    done = subprocess.run([sys.executable, str(tmp_path / "persisted.py")], env=env, capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    value, copies = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    x = da.random.default_rng(0).random((200, 150), chunks=50)
+    assert abs(float(value) - float(x.var().compute())) < 1e-12
+    assert copies != "[0]" and int(copies.strip("[]")) >= 12  # each of the 12 chunks' results went to the host

@@ -302,12 +302,17 @@ def test_dataframe_and_delayed_graphs_never_reach_the_gpu_pass(monkeypatch):
     assert float(da.ones(100, chunks=10).sum().compute()) == 100  # NumPy chunks: dask's own graph, untouched
 
 
-def test_a_computed_future_of_cupy_data_is_gpu_data():
+def test_a_computed_future_of_cupy_data_is_gpu_data(monkeypatch):
+    def future(kind, key="k"):
+        return type("Future", (), {"__module__": "distributed.client", "type": kind, "key": key})()
+
     cupy_array = type("ndarray", (), {"__module__": "cupy"})
-    future = type("Future", (), {"__module__": "distributed.client", "type": cupy_array})()
-    pending = type("Future", (), {"__module__": "distributed.client", "type": None})()
-    numpy_future = type("Future", (), {"__module__": "distributed.client", "type": np.ndarray})()
-    assert plan._is_cupy(future) and not plan._is_cupy(pending) and not plan._is_cupy(numpy_future)
+    assert plan._is_cupy(future(cupy_array)) and not plan._is_cupy(future(np.ndarray))
+    assert not plan._is_cupy(future(None))  # pending, and no scheduler here knows it
+    # a future unpickled by the scheduler knows no type; the scheduler that holds its key does
+    known = {"on-gpu": "cupy._core.core.ndarray", "on-host": "numpy.ndarray"}
+    monkeypatch.setattr(plan.internals, "known_type_name", known.get)
+    assert plan._is_cupy(future(None, "on-gpu")) and not plan._is_cupy(future(None, "on-host"))
 
 
 def test_persisted_chunks_whose_futures_say_gpu_fuse(monkeypatch):

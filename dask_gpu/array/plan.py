@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from dask_gpu import internals
 from dask_gpu.array import codegen, distributions
 
 
@@ -116,10 +117,14 @@ def reseeded_random(cls, method, state, size, args, kwargs):
 
 
 def _is_cupy(value) -> bool:
-    """CuPy data, or a distributed future of it: a persisted chunk, whose type the client knows once computed."""
+    """CuPy data, or a distributed future of it: a persisted chunk, whose type the client knows once computed,
+    and the scheduler too where the graph reaches it with futures that know none."""
     kind = type(value)
     if kind.__name__ == "Future" and kind.__module__.startswith("distributed"):
-        kind = getattr(value, "type", None) or kind
+        known = getattr(value, "type", None)
+        if known is None:
+            return _cupy_module(internals.known_type_name(value.key))
+        kind = known
     return _cupy_module(kind.__module__)
 
 
