@@ -39,7 +39,7 @@ if __name__ == "__main__":
     t1 = time.perf_counter()
     assert client.submit(gpu_task, pure=False).result() == 499500.0
     t2 = time.perf_counter()
-    workers = len(client.scheduler_info()["workers"])
+    workers = len(client.nthreads())
     client.close(); cluster.close()
     t3 = time.perf_counter()
     print(json.dumps({"first_task": t1 - t0, "first_gpu_task": t2 - t0, "close": t3 - t2, "workers": workers}))

@@ -55,7 +55,7 @@ def pair_bandwidth(client, source, target, nbytes, library, repeat) -> tuple[flo
 def measure(cluster, sizes, library, repeat) -> list[dict]:
     with Client(cluster) as client:
         client.wait_for_workers(2)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(client.nthreads())
         rows = []
         for nbytes in sizes:
             pair_bandwidth(client, workers[0], workers[1], nbytes, library, 1)  # warm up the connection

@@ -70,6 +70,16 @@ def known_type_name(key) -> str | None:
     return None
 
 
+def scheduler_identity(client) -> dict:
+    """The identity of the scheduler of ``client`` (a synchronous one) now, every worker in it.
+    ``client.scheduler_info()`` returns the client's cached one, which the client's periodic refresh,
+    asking for no workers, may overwrite between the fetch and the return. An asynchronous client
+    cannot wait here: it gives its cached identity, as ``scheduler_info`` does."""
+    if client.asynchronous:
+        return client.scheduler_info()
+    return client.sync(client.scheduler.identity, n_workers=-1)
+
+
 def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
     """distributed's keywords for a :class:`ShuffleRun` on the worker of ``plugin`` (its shuffle worker
     plugin), for a run that keeps no files: no disk, and no limit on what it would write."""

@@ -27,6 +27,8 @@ import dask
 from distributed import WorkerPlugin, default_client
 from distributed.threadpoolexecutor import ThreadPoolExecutor
 
+from dask_gpu import internals
+
 logger = logging.getLogger("dask_gpu")
 
 EXECUTOR = "array-api"  # the executor of GPU workers whose threads run scikit-learn with Array API dispatch
@@ -86,7 +88,7 @@ class GPUs:
         self.client, self.resource, self.fits_per_gpu = client, resource, fits_per_gpu
         # a share a little under 1/n: n of them fit in the worker's 1, whatever the floating-point sum
         self.share = 1.0 if fits_per_gpu == 1 else (1 - 1e-9) / fits_per_gpu
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = internals.scheduler_identity(client)["workers"]
         self.workers = gpu_workers(info, resource)
         threads = min(info[address]["nthreads"] for address in self.workers)
         if threads < fits_per_gpu:

@@ -7,6 +7,7 @@ import os
 
 from dask.utils import format_bytes
 
+from dask_gpu import internals
 from dask_gpu.devices import System
 
 # Distributions that matter on a GPU machine; CUDA builds add a suffix (cupy-cuda12x, rmm-cu13, dask-cuda).
@@ -159,7 +160,7 @@ def worker_dict(dask_worker) -> dict:
 
 def cluster_dict(client) -> dict:
     """The cluster as its scheduler sees it: address, workers, threads, worker TTL, extensions."""
-    info = client.scheduler_info(n_workers=-1)
+    info = internals.scheduler_identity(client)
     address = info.get("address", "")
     return {
         "scheduler": address,

@@ -73,7 +73,7 @@ if __name__ == "__main__":  # the workers are processes of their own: this guard
     cv = model_selection.KFold(4)
 
     with LocalCUDACluster(cpu_workers=args.cpu_workers, dashboard_address=False) as cluster, Client(cluster) as client:
-        names = {address: worker["name"] for address, worker in client.scheduler_info()["workers"].items()}
+        names = client.run(lambda dask_worker: dask_worker.name)  # address -> name
         with on_gpus(client) as gpus:
             print(f"fits on {gpus}")
             X, Y = gpus.scatter(x, y)  # on a GPU worker, copied to its device once

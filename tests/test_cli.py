@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client
 
+from dask_gpu import internals
 from dask_gpu.cli import gpu
 from dask_gpu.launch import apportion_ports
 
@@ -95,7 +96,7 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
     try:
         with Client(scheduler_file=scheduler, timeout="20s") as client:
             client.wait_for_workers(2, timeout=60)
-            info = {w["name"]: w for w in client.scheduler_info()["workers"].values()}
+            info = {w["name"]: w for w in internals.scheduler_identity(client)["workers"].values()}
             assert set(info) == {"node-gpu-0", "node-gpu-1"}
             assert all(w["resources"] == {"GPU": 1, "MEM": 2} and w["nthreads"] == 2 for w in info.values())
             env_by_name = client.run(lambda dask_worker: (dask_worker.name, os.environ["CUDA_VISIBLE_DEVICES"]))
@@ -122,7 +123,7 @@ def test_worker_joins_scheduler_and_exits_on_sigterm(scheduler, tmp_path):
             assert worker.wait(30) == 0
             assert not os.path.exists(pid_file)
             deadline = time.monotonic() + 20
-            while client.scheduler_info()["workers"]:
+            while internals.scheduler_identity(client)["workers"]:
                 assert time.monotonic() < deadline, "workers stayed registered"
                 time.sleep(0.1)
     finally:

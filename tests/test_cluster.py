@@ -7,7 +7,7 @@ import pytest
 from distributed import Client, get_worker
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from dask_gpu import LocalCUDACluster, NoGPUError, discover
+from dask_gpu import LocalCUDACluster, NoGPUError, discover, internals
 from dask_gpu.report import worker_dict
 
 
@@ -60,7 +60,7 @@ def test_scale_within_visible_devices(simulate):
         client.wait_for_workers(4, timeout=60)
         assert set(by_name(client)) == {"cpu-0", "gpu-0", "gpu-1", "gpu-2"}
         cluster.scale(1)
-        wait_for(lambda: len(client.scheduler_info()["workers"]) == 2)
+        wait_for(lambda: len(internals.scheduler_identity(client)["workers"]) == 2)
         assert set(by_name(client)) == {"cpu-0", "gpu-0"}  # the CPU worker stays
         with pytest.raises(ValueError, match="3 GPU.*visible"):
             cluster.scale(4)
@@ -129,7 +129,7 @@ def test_pre_import_runs_in_each_worker(simulate):
     simulate(1)
     with LocalCUDACluster(pre_import=["colorsys"], dashboard_address=False) as cluster, Client(cluster) as client:
         assert client.run(lambda: "colorsys" in __import__("sys").modules) == {
-            w: True for w in client.scheduler_info()["workers"]
+            w: True for w in internals.scheduler_identity(client)["workers"]
         }
         assert by_name(client)["gpu-0"]["pre_import"] == ["colorsys"]
 

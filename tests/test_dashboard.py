@@ -18,7 +18,7 @@ import standin_device
 from distributed import Client
 from tornado.websocket import websocket_connect
 
-from dask_gpu import LocalCUDACluster
+from dask_gpu import LocalCUDACluster, internals
 from dask_gpu.dashboard.data import HITS, SpillHistory, rates, worker_rows
 from dask_gpu.dashboard.page import table_html
 from standin_device import make, total
@@ -239,7 +239,7 @@ def _read(path) -> str:
 
 def spill(client, rounds, nbytes=6 * MB, pause=0.0):
     """Stand-in device objects past each worker's device limit (spilled), and reads of old ones (unspilled)."""
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(internals.scheduler_identity(client)["workers"])
     kept = []
     for i in range(rounds):
         kept += [client.submit(make, nbytes, i, workers=[w], pure=False) for w in workers]
@@ -254,7 +254,7 @@ def wait_for_spilled_heartbeats(client, timeout=30):
     deadline = time.monotonic() + timeout
     while True:
         seen = [w["metrics"].get("gpu-memory", {}).get("device-to-host-bytes", 0)
-                for w in client.scheduler_info()["workers"].values()]
+                for w in internals.scheduler_identity(client)["workers"].values()]
         if len(seen) == 2 and min(seen) > 0:
             return sum(seen)
         assert time.monotonic() < deadline, f"the heartbeats never reported spilling: {seen}"

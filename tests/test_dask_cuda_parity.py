@@ -25,7 +25,7 @@ from distributed import Client, Nanny, SpecCluster, Worker
 from parity_worker import TaggedNanny, TaggedWorker
 
 import dask_gpu
-from dask_gpu import report
+from dask_gpu import internals, report
 from dask_gpu.cli import gpu
 from dask_gpu.devices import SIMULATED_MEMORY
 from dask_gpu.memory import allocator
@@ -494,7 +494,7 @@ def test_dask_gpu_worker_listens_where_it_reaches_its_scheduler_dashboards_too(s
             hosts = client.run(lambda dask_worker: {dask_worker.address.split("://")[1].rsplit(":", 1)[0], *(
                 s.getsockname()[0] for s in dask_worker.http_server._sockets.values())})  # comm port, dashboard
             assert list(hosts.values()) == [{"127.0.0.1"}]  # the scheduler is on loopback: so is every listener
-            workers = client.scheduler_info()["workers"].values()
+            workers = internals.scheduler_identity(client)["workers"].values()
             assert {w["nanny"].split("://")[1].rsplit(":", 1)[0] for w in workers} == {"127.0.0.1"}
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -25,7 +25,7 @@ import standin_device
 from conftest import wait_for_file
 from distributed import Client, KilledWorker, get_worker, wait
 
-from dask_gpu import LocalCUDACluster
+from dask_gpu import LocalCUDACluster, internals
 from dask_gpu.memory.allocator import DeviceMemoryError, allocate_with_spill
 from dask_gpu.memory.checksum import SpillFileError
 from dask_gpu.memory.store import DeviceHostDiskStore
@@ -291,7 +291,7 @@ def wait_for_workers(client, n, proc, log):
     """Until ``n`` workers have joined; fails at once if the process that starts them has died."""
     def joined():
         assert proc.poll() is None, f"the worker process exited with {proc.returncode}: {open(log).read()[-2000:]}"
-        return len(client.scheduler_info()["workers"]) >= n
+        return len(internals.scheduler_identity(client)["workers"]) >= n
 
     wait_for(joined, what=f"{n} workers")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from distributed import Client, get_worker
 
-from dask_gpu import LocalCUDACluster, discover
+from dask_gpu import LocalCUDACluster, discover, internals
 
 pytestmark = pytest.mark.gpu
 
@@ -35,7 +35,7 @@ def client():
 
 def test_one_worker_per_gpu(client):
     gpus = [d for d in discover().devices]
-    workers = client.scheduler_info()["workers"].values()
+    workers = internals.scheduler_identity(client)["workers"].values()
     assert len(workers) == sum(len(g.mig) or 1 for g in gpus)
     assert all(w["resources"] == {"GPU": 1} and w["nthreads"] == 1 for w in workers)
 

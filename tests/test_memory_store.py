@@ -8,7 +8,7 @@ import pytest
 import standin_device
 from distributed import Client
 
-from dask_gpu import LocalCUDACluster
+from dask_gpu import LocalCUDACluster, internals
 from dask_gpu.memory.dispatch import HostCopy
 from dask_gpu.memory.stats import memory_stats
 from dask_gpu.memory.store import DeviceHostDiskStore
@@ -163,7 +163,7 @@ def test_workers_use_the_store_with_its_limit(simulate):
         (stats,) = memory_stats(client).values()
         assert stats["device-limit"] == 1000 and stats["device-bytes"] <= 1000
         assert stats["device-to-host-count"] >= 3 and "oom_retries" in stats
-        heartbeat = next(iter(client.scheduler_info()["workers"].values()))["metrics"]
+        heartbeat = next(iter(internals.scheduler_identity(client)["workers"].values()))["metrics"]
         directory = client.run(lambda dask_worker: dask_worker.data._directory)
         (path,) = directory.values()
         assert path.startswith(next(iter(client.run(lambda dask_worker: dask_worker.local_directory).values())))

@@ -184,7 +184,8 @@ def fake_client(resources, states=None):
     """A client whose scheduler and workers answer as given: address -> resources, address -> worker state."""
     workers = {address: {"resources": r, "nthreads": 1} for address, r in resources.items()}
     states = states or {}
-    return types.SimpleNamespace(scheduler_info=lambda n_workers: {"workers": workers},
+    scheduler = types.SimpleNamespace(identity=lambda n_workers: {"workers": workers})
+    return types.SimpleNamespace(asynchronous=False, scheduler=scheduler, sync=lambda f, **kwargs: f(**kwargs),
                                  run=lambda f, workers: {a: states[a] for a in workers})
 
 

@@ -15,7 +15,7 @@ from distributed import Client, Security
 from distributed.comm import connect, get_address_host
 from distributed.comm.utils import get_tcp_server_addresses
 
-from dask_gpu import LocalCUDACluster
+from dask_gpu import LocalCUDACluster, internals
 
 
 def listening_hosts(cluster, client) -> dict[str, set[str]]:
@@ -161,7 +161,7 @@ def test_tls_reaches_scheduler_workers_and_nannies(tls_cluster):
     assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
     with Client(cluster) as client:
         assert client.submit(lambda x: x + 1, 1).result() == 2
-        ((worker, info),) = client.scheduler_info()["workers"].items()
+        ((worker, info),) = internals.scheduler_identity(client)["workers"].items()
         assert info["name"] == "gpu-0"
         assert worker.startswith("tls://127.0.0.1:") and info["nanny"].startswith("tls://127.0.0.1:")
     with Client(cluster.scheduler_address, security=security, timeout="5s") as client:  # a client elsewhere
@@ -203,7 +203,7 @@ def test_client_without_the_cluster_credentials_cannot_connect(tls_cluster, cred
 
 def workers(client) -> dict[str, str]:
     """The scheduler's workers now: name -> address."""
-    return {w["name"]: address for address, w in client.scheduler_info()["workers"].items()}
+    return {w["name"]: address for address, w in internals.scheduler_identity(client)["workers"].items()}
 
 
 def test_cli_worker_with_the_cluster_certificates_joins(tls_cluster, tmp_path):

@@ -30,6 +30,7 @@ from numbers import Number
 
 import numpy as np
 
+from dask_gpu import internals
 from dask_gpu.array.distributions import DISTRIBUTIONS, INTEGER, Draw, whole
 from dask_gpu.array.plan import sample
 
@@ -74,7 +75,7 @@ def _gpu_cluster() -> bool:
     from distributed import default_client
 
     try:
-        workers = default_client().scheduler_info(n_workers=-1)["workers"]
+        workers = internals.scheduler_identity(default_client())["workers"]
     except ValueError:  # no client
         return False
     return any("GPU" in worker.get("resources", {}) for worker in workers.values())

@@ -26,7 +26,7 @@ from importlib.util import find_spec
 import dask
 import dask.array as da
 
-from dask_gpu import devices  # noqa: F401  (tests replace devices.discover through this module)
+from dask_gpu import devices, internals  # noqa: F401  (tests replace devices.discover through this module)
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
@@ -195,7 +195,7 @@ def _measure(name, count, n, c, client, repeat, timeout, cpu_budget, status=None
 def warm_up(client, make, rs, c, timeout=TIMEOUT, status=None) -> None:
     """``make``'s workload, two chunks a side, once on every worker: imports, kernels and generators on every GPU.
     ``status(name)`` before each worker's."""
-    for address, worker in client.scheduler_info(n_workers=-1)["workers"].items():
+    for address, worker in internals.scheduler_identity(client)["workers"].items():
         if status:
             status(worker.get("name", address))
         _compute(make(rs, 2 * c, c, math.inf).expr, client, timeout, workers=[address])
