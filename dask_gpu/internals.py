@@ -25,8 +25,12 @@ _LAZY = {
     "retry": ("distributed.utils_comm", "retry"),
     # the worker's state machine: a stimulus that drops the worker's copy of a key
     "RemoveReplicasEvent": ("distributed.worker_state_machine", "RemoveReplicasEvent"),
-    # dask's merge expression, whose meta dask_gpu.dataframe.meta keeps by kind
+    # dask's expressions, and those whose metas dask_gpu.dataframe.meta keeps by kind
+    "Expr": ("dask._expr", "Expr"),
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
+    "Blockwise": ("dask.dataframe.dask_expr._expr", "Blockwise"),
+    "ApplyConcatApply": ("dask.dataframe.dask_expr._reductions", "ApplyConcatApply"),
+    "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
     # dask's task graphs: old-style ones converted, and the functions of dask.array's tasks that
     # dask_gpu.array.optimization recognizes
     "convert_legacy_graph": ("dask._task_spec", "convert_legacy_graph"),

@@ -1,7 +1,8 @@
-"""Merge metas and cuDF frames' dtypes and columns kept by kind (dask_gpu.dataframe.meta), and which workers warm
-cuDF as they start."""
+"""Merge metas, the metas of blockwise expressions, reductions and group-bys, and cuDF frames' dtypes and columns
+kept by kind (dask_gpu.dataframe.meta), and which workers warm cuDF as they start."""
 
 import inspect
+import operator
 import types
 
 import dask
@@ -9,7 +10,10 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from dask.dataframe.dask_expr._expr import Blockwise
+from dask.dataframe.dask_expr._groupby import GroupByApplyConcatApply
 from dask.dataframe.dask_expr._merge import Merge
+from dask.dataframe.dask_expr._reductions import ApplyConcatApply
 from dask.dataframe.dispatch import meta_nonempty
 
 from dask_gpu.dataframe import meta, start
@@ -17,11 +21,13 @@ from dask_gpu.dataframe import meta, start
 
 @pytest.fixture
 def by_kind():
-    original = Merge.__dict__["_meta"]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name in meta.kept_metas()]
     meta.install()
     meta._merged.clear()
+    meta._computed.clear()
     yield meta._merged
-    Merge._meta = original
+    for cls, name, original in originals:
+        setattr(cls, name, original)
 
 
 def frames():
@@ -62,9 +68,107 @@ def test_answers_are_unchanged(by_kind):
 
 
 def test_install_is_idempotent(by_kind):
-    current = Merge.__dict__["_meta"]
+    kept = meta.kept_metas()
+    assert {cls for cls, _ in kept} == {Merge, Blockwise, ApplyConcatApply, GroupByApplyConcatApply}
+    current = [cls.__dict__[name] for cls, name in kept]
     meta.install()
-    assert Merge.__dict__["_meta"] is current
+    assert [cls.__dict__[name] for cls, name in kept] == current
+
+
+def computed(expr, name="_meta"):
+    """What dask itself computes for ``expr``'s ``name``, whether or not it is kept by kind."""
+    owner = next(cls for cls in type(expr).__mro__ if name in cls.__dict__)
+    return inspect.unwrap(owner.__dict__[name].func)(expr)
+
+
+def assert_same_meta(got, want):
+    if hasattr(want, "dtypes") and hasattr(want, "columns"):
+        pd.testing.assert_frame_equal(got, want)
+    elif isinstance(want, pd.Series):
+        pd.testing.assert_series_equal(got, want)
+    else:
+        assert type(got) is type(want) and got == want
+
+
+def typed():
+    return pd.DataFrame({"k": [1, 2, 3, 4], "g": list("abab"), "x": [1.0, 2, 3, 4], "n": [1, 2, 3, 4],
+                         "t": pd.to_datetime(["2000-01-01"] * 4)})
+
+
+EXPRESSIONS = {
+    "projection": lambda df: df[["k", "x"]],
+    "filter": lambda df: df[df.x > 1.5],
+    "arithmetic": lambda df: df.x * (1 - df.n),
+    "assign": lambda df: df.assign(y=df.x + 1, z=1),
+    "astype": lambda df: df.n.astype("float32"),
+    "and, comparisons": lambda df: (df.n > 1) & (df.t < pd.Timestamp("2001-01-01")),
+    "reset_index": lambda df: df.set_index("k").reset_index(),
+    "sum": lambda df: df.x.sum(),
+    "frame sum": lambda df: df[["x", "n"]].sum(),
+    "group-by": lambda df: df.groupby("g").agg({"x": "sum", "n": "count"}),
+    "group-by on two keys": lambda df: df.groupby(["g", "k"]).x.mean(),
+    "nunique": lambda df: df.groupby("g").n.nunique(),
+}
+
+
+@pytest.mark.parametrize("name", EXPRESSIONS)
+def test_a_kept_meta_is_what_dask_computes_and_is_computed_once_per_kind(by_kind, name):
+    make = EXPRESSIONS[name]
+    first = make(dd.from_pandas(typed(), npartitions=2))
+    got = first._meta
+    assert_same_meta(got, computed(first.expr))
+    kinds = len(meta._computed)
+    assert kinds > 0
+    other = make(dd.from_pandas(typed().iloc[::-1], npartitions=3))  # other data and partitions, the same kind
+    assert other._name != first._name
+    assert_same_meta(other._meta, got)
+    assert len(meta._computed) == kinds
+
+
+def test_operands_equal_as_values_but_of_other_types_are_other_kinds(by_kind):
+    df = dd.from_pandas(typed(), npartitions=2)
+    assert (df.n + 1)._meta.dtype == np.dtype("int64")
+    assert (df.n + 1.0)._meta.dtype == np.dtype("float64")
+    assert (df.n + True)._meta.dtype == (typed().n + True).dtype
+    seconds, nanoseconds = pd.Timestamp("2000-01-01").as_unit("s"), pd.Timestamp("2000-01-01").as_unit("ns")
+    assert seconds == nanoseconds
+    assert df.assign(s=seconds)._meta.s.dtype == typed().assign(s=seconds).s.dtype
+    assert df.assign(s=nanoseconds)._meta.s.dtype == typed().assign(s=nanoseconds).s.dtype
+
+
+def test_a_kept_meta_is_a_copy_of_its_own(by_kind):
+    make = EXPRESSIONS["assign"]
+    first, second = make(dd.from_pandas(typed(), npartitions=2))._meta, make(dd.from_pandas(typed(), npartitions=1))
+    first["extra"] = 1
+    first.index.name = "renamed"
+    assert "extra" not in second._meta.columns and second._meta.index.name is None
+
+
+def test_kinds_tell_apart_what_shapes_a_meta():
+    frame = typed()
+    kinds = {meta.meta_kind(m) for m in [
+        frame, frame[["k"]], frame[["k"]].astype("int32"), frame.set_index("k"), frame.set_index(["g", "k"]),
+        frame.set_index(["g", "n"]).rename_axis(["g", "m"]), frame.set_index(["g", "x"]), frame.k, frame.k.rename("j"),
+        frame.set_index("g").k, frame.rename(columns={"k": 0}), pd.Index([1]), pd.Index([1], name="a")]}
+    assert len(kinds) == 13
+    with pytest.raises(TypeError):
+        meta.meta_kind(np.float64(1.0))
+
+
+def test_operands_with_no_kind_leave_the_meta_computed_each_time(by_kind):
+    scale = 2.0
+
+    def closure(x):
+        return x * scale
+
+    with pytest.raises(TypeError):
+        meta._operand_kind(closure)
+    with pytest.raises(TypeError):
+        meta._operand_kind(object())
+    assert meta._operand_kind(operator.add) is operator.add and meta._operand_kind(str) is str
+    df = dd.from_pandas(typed(), npartitions=2)
+    idx = df[df.columns[:2]]  # columns as a pandas Index: computed, not kept
+    assert list(idx._meta.columns) == ["k", "g"]
 
 
 @pytest.mark.parametrize("backend, simulated, installed, want", [
@@ -173,3 +277,23 @@ def test_cudf_labels_kept_by_kind_equal_cudf_s():
     assert frames[0].dtypes["d"] == np.dtype("float64") and list(frames[0].columns) == ["a", "b", "d"]
     frames[0].columns = ["p", "q", "r"]
     assert list(frames[0].columns) == ["p", "q", "r"] and list(frames[0].to_pandas().columns) == ["p", "q", "r"]
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+@pytest.mark.parametrize("name", EXPRESSIONS)
+def test_a_kept_cudf_meta_is_what_dask_computes(by_kind, name):
+    import cudf
+
+    make = EXPRESSIONS[name]
+    first = make(dd.from_pandas(cudf.from_pandas(typed()), npartitions=2))
+    got, want = first._meta, computed(first.expr)
+    kinds = len(meta._computed)
+    other = make(dd.from_pandas(cudf.from_pandas(typed().iloc[::-1]), npartitions=3))
+    for value in (got, other._meta):
+        if hasattr(want, "to_pandas"):
+            assert type(value) is type(want)
+            assert_same_meta(value.to_pandas(), want.to_pandas())
+        else:
+            assert_same_meta(value, want)
+    assert len(meta._computed) == kinds > 0
