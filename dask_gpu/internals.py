@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 
 # name -> (module, its name there): imported on first access, then kept in this module
 _LAZY = {
@@ -254,6 +255,22 @@ def drop_cub_block_reductions(cupy) -> None:
     accelerator = cupy._core._accelerator
     cub = accelerator.ACCELERATOR_CUB
     accelerator.set_reduction_accelerators([a for a in accelerator.get_reduction_accelerators() if a != cub])
+
+
+def cupy_kernel_cache_dir() -> str | None:
+    """The directory of this process's CuPy disk cache backend (CuPy 14's ``cupy.cuda.compiler``), where CuPy
+    is imported and has one."""
+    backend = getattr(sys.modules.get("cupy.cuda.compiler"), "_kernel_cache_backend", None)
+    return getattr(backend, "_cache_dir", None)
+
+
+def set_cupy_kernel_cache_dir(directory: str) -> None:
+    """This process's CuPy disk cache backend made again for ``directory``, where CuPy is imported and has one
+    (CuPy reads ``CUPY_CACHE_DIR`` once, as it is imported)."""
+    compiler = sys.modules.get("cupy.cuda.compiler")
+    backend = getattr(compiler, "_kernel_cache_backend", None)
+    if backend is not None and getattr(backend, "_cache_dir", directory) != directory:
+        compiler._set_kernel_cache_backend(type(backend)(directory))
 
 
 def use_nvrtc_pch(cupy) -> None:

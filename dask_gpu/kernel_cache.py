@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
 from dask_gpu import config, internals, parse
 from dask_gpu.imports import when_imported
@@ -41,9 +40,9 @@ def cupy_cache_dir(env: dict | None = None) -> str:
     """The directory CuPy compiles into: in this process (its disk cache backend's, from CuPy 14 on), or
     in a new one with the environment ``env``."""
     if env is None:
-        backend = getattr(sys.modules.get("cupy.cuda.compiler"), "_kernel_cache_backend", None)
-        if getattr(backend, "_cache_dir", None):
-            return backend._cache_dir
+        directory = internals.cupy_kernel_cache_dir()
+        if directory:
+            return directory
         env = os.environ
     return env.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
 
@@ -59,10 +58,7 @@ def use_kernel_cache(directory: str | None = None) -> None:
     if not directory:
         return
     os.environ["CUPY_CACHE_DIR"] = directory
-    compiler = sys.modules.get("cupy.cuda.compiler")
-    backend = getattr(compiler, "_kernel_cache_backend", None)
-    if backend is not None and getattr(backend, "_cache_dir", directory) != directory:
-        compiler._set_kernel_cache_backend(type(backend)(directory))
+    internals.set_cupy_kernel_cache_dir(directory)
 
 
 def compile_less() -> None:
