@@ -29,7 +29,6 @@ _LAZY = {
     # dask's expressions, and those whose metas dask_gpu.dataframe.meta keeps by kind
     "Expr": ("dask._expr", "Expr"),
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
-    "Blockwise": ("dask.dataframe.dask_expr._expr", "Blockwise"),
     "ApplyConcatApply": ("dask.dataframe.dask_expr._reductions", "ApplyConcatApply"),
     "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
     # dask's task graphs: old-style ones converted, and the functions of dask.array's tasks that

@@ -1,5 +1,5 @@
-"""Merge metas, the metas of blockwise expressions, reductions and group-bys, and cuDF frames' dtypes and columns
-kept by kind (dask_gpu.dataframe.meta), and which workers warm cuDF as they start."""
+"""Merge metas, the metas of reductions and group-bys, and cuDF frames' dtypes and columns kept by kind
+(dask_gpu.dataframe.meta), and which workers warm cuDF as they start."""
 
 import inspect
 import operator
@@ -10,7 +10,6 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from dask.dataframe.dask_expr._expr import Blockwise
 from dask.dataframe.dask_expr._groupby import GroupByApplyConcatApply
 from dask.dataframe.dask_expr._merge import Merge
 from dask.dataframe.dask_expr._reductions import ApplyConcatApply
@@ -69,7 +68,7 @@ def test_answers_are_unchanged(by_kind):
 
 def test_install_is_idempotent(by_kind):
     kept = meta.kept_metas()
-    assert {cls for cls, _ in kept} == {Merge, Blockwise, ApplyConcatApply, GroupByApplyConcatApply}
+    assert {cls for cls, _ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
     current = [cls.__dict__[name] for cls, name in kept]
     meta.install()
     assert [cls.__dict__[name] for cls, name in kept] == current
@@ -95,19 +94,16 @@ def typed():
                          "t": pd.to_datetime(["2000-01-01"] * 4)})
 
 
-EXPRESSIONS = {
-    "projection": lambda df: df[["k", "x"]],
-    "filter": lambda df: df[df.x > 1.5],
-    "arithmetic": lambda df: df.x * (1 - df.n),
-    "assign": lambda df: df.assign(y=df.x + 1, z=1),
-    "astype": lambda df: df.n.astype("float32"),
-    "and, comparisons": lambda df: (df.n > 1) & (df.t < pd.Timestamp("2001-01-01")),
-    "reset_index": lambda df: df.set_index("k").reset_index(),
+EXPRESSIONS = {  # reductions and group-bys, over blockwise expressions whose metas are dask's
     "sum": lambda df: df.x.sum(),
     "frame sum": lambda df: df[["x", "n"]].sum(),
+    "max of arithmetic": lambda df: (df.x * (1 - df.n)).max(),
+    "count of a filter": lambda df: df[(df.n > 1) & (df.t < pd.Timestamp("2001-01-01"))].k.count(),
     "group-by": lambda df: df.groupby("g").agg({"x": "sum", "n": "count"}),
     "group-by on two keys": lambda df: df.groupby(["g", "k"]).x.mean(),
+    "group-by of an assign": lambda df: df.assign(y=df.x + 1, z=1).groupby("z").y.sum(),
     "nunique": lambda df: df.groupby("g").n.nunique(),
+    "group-by after reset_index": lambda df: df.set_index("k").reset_index().groupby("k").n.max(),
 }
 
 
@@ -127,21 +123,23 @@ def test_a_kept_meta_is_what_dask_computes_and_is_computed_once_per_kind(by_kind
 
 def test_operands_equal_as_values_but_of_other_types_are_other_kinds(by_kind):
     df = dd.from_pandas(typed(), npartitions=2)
-    assert (df.n + 1)._meta.dtype == np.dtype("int64")
-    assert (df.n + 1.0)._meta.dtype == np.dtype("float64")
-    assert (df.n + True)._meta.dtype == (typed().n + True).dtype
+    assert df.n.sum(min_count=1)._meta.dtype == typed().n.sum(min_count=1).dtype
+    assert (df.n + 1).sum()._meta.dtype == np.dtype("int64")
+    assert (df.n + 1.0).sum()._meta.dtype == np.dtype("float64")
+    assert df.groupby("g").n.sum(numeric_only=True)._meta.dtype == np.dtype("int64")
+    assert df.groupby("g").n.mean()._meta.dtype == np.dtype("float64")
     seconds, nanoseconds = pd.Timestamp("2000-01-01").as_unit("s"), pd.Timestamp("2000-01-01").as_unit("ns")
     assert seconds == nanoseconds
-    assert df.assign(s=seconds)._meta.s.dtype == typed().assign(s=seconds).s.dtype
-    assert df.assign(s=nanoseconds)._meta.s.dtype == typed().assign(s=nanoseconds).s.dtype
+    for stamp in (seconds, nanoseconds):
+        assert df.assign(s=stamp).s.max()._meta.unit == typed().assign(s=stamp).s.max().unit
+        assert meta._operand_kind(stamp)[2] == stamp.unit
 
 
-def test_a_kept_meta_is_a_copy_of_its_own(by_kind):
-    make = EXPRESSIONS["assign"]
-    first, second = make(dd.from_pandas(typed(), npartitions=2))._meta, make(dd.from_pandas(typed(), npartitions=1))
-    first["extra"] = 1
-    first.index.name = "renamed"
-    assert "extra" not in second._meta.columns and second._meta.index.name is None
+def test_a_blockwise_meta_is_dask_s(by_kind):
+    df = dd.from_pandas(typed(), npartitions=2)
+    filtered = df[df.x > 1.5]
+    assert_same_meta(filtered._meta, computed(filtered.expr))
+    assert not meta._computed
 
 
 def test_kinds_tell_apart_what_shapes_a_meta():
@@ -167,8 +165,15 @@ def test_operands_with_no_kind_leave_the_meta_computed_each_time(by_kind):
         meta._operand_kind(object())
     assert meta._operand_kind(operator.add) is operator.add and meta._operand_kind(str) is str
     df = dd.from_pandas(typed(), npartitions=2)
-    idx = df[df.columns[:2]]  # columns as a pandas Index: computed, not kept
-    assert list(idx._meta.columns) == ["k", "g"]
+    factor = 2
+
+    def chunk(s):
+        return (s * factor).sum()
+
+    for factor in (2, 2.5):  # the same function, closing over another factor: another result dtype
+        custom = df.n.reduction(chunk, aggregate=sum)
+        assert type(custom._meta) is type(computed(custom.expr)) is type(typed().n.mul(factor).sum())
+    assert not meta._computed  # chunk closes over factor: no kind
 
 
 @pytest.mark.parametrize("backend, simulated, installed, want", [
