@@ -74,6 +74,15 @@ def test_install_is_idempotent(by_kind):
     assert [cls.__dict__[name] for cls, name in kept] == current
 
 
+def test_a_class_without_the_property_is_left_as_it_is():
+    class Plain:
+        _meta = property(lambda self: "dask's")
+
+    meta.keep(Plain, "_meta", lambda self: "kind", {})
+    meta.keep(Plain, "_meta_chunk", lambda self: "kind", {})
+    assert Plain()._meta == "dask's" and "_meta_chunk" not in Plain.__dict__
+
+
 def computed(expr, name="_meta"):
     """What dask itself computes for ``expr``'s ``name``, whether or not it is kept by kind."""
     owner = next(cls for cls in type(expr).__mro__ if name in cls.__dict__)

@@ -32,8 +32,9 @@ from dask.utils import is_dataframe_like, is_index_like, is_series_like
 from dask_gpu import internals
 
 LIMIT = 4096  # kinds kept in each cache; past it, the cache starts again
-_merged: dict = {}  # kind -> meta
-_computed: dict = {}  # (expression type, attribute, operands' kinds) -> meta
+# each cache: kind -> (value, whether each caller gets a copy of it)
+_merged: dict = {}  # kind -> a merge's meta
+_computed: dict = {}  # (expression type, attribute, operands' kinds) -> a reduction's or group-by's meta
 _labels: dict = {}  # (attribute, kind) -> a cuDF frame's dtypes Series or columns Index
 
 # operands that are their own kind, with their type (1, 1.0 and True are equal, and give other metas)
@@ -65,9 +66,9 @@ def kept_metas() -> list:
 
 def keep(cls, attribute: str, kind, cache: dict) -> None:
     """``cls``'s cached property ``attribute`` kept in ``cache`` by ``kind`` (idempotent); subclasses that
-    define their own keep theirs."""
-    current = cls.__dict__[attribute]
-    if not getattr(current.func, "by_kind", False):
+    define their own keep theirs. A dask whose class has no such property is left as it is."""
+    current = cls.__dict__.get(attribute)
+    if isinstance(current, functools.cached_property) and not getattr(current.func, "by_kind", False):
         replacement = functools.cached_property(by_kind(current.func, kind, cache))
         replacement.__set_name__(cls, attribute)
         setattr(cls, attribute, replacement)
@@ -92,17 +93,19 @@ def by_kind(compute, kind, cache: dict):
     def kept(self):
         try:
             key = kind(self)
-            value = cache.get(key)
+            found = cache.get(key)
         except (AttributeError, TypeError):  # no kind to be had, or one that cannot be a key
             return compute(self)
-        if value is None:
+        if found is None:
             value = compute(self)
-            if not (_copied(value) or isinstance(value, _STAMPS + _VALUES)):
+            copied = _copied(value)
+            if not (copied or isinstance(value, _STAMPS + _VALUES)):
                 return value  # no copy of its own to be had: not kept
             if len(cache) >= LIMIT:
                 cache.clear()
-            cache[key] = value
-        return value.copy(deep=False) if _copied(value) else value
+            found = cache[key] = value, copied
+        value, copied = found
+        return value.copy(deep=False) if copied else value
 
     kept.by_kind = True
     return kept
