@@ -37,7 +37,7 @@ def main(argv=None) -> dict:
     data.generate(args.data, args.scale, print)
     tables = type("Tables", (), {"scale": args.scale,
                                  "read": lambda self, table: dd.read_parquet(data.files(args.data, table))})()
-    originals = [(cls, name, cls.__dict__[name]) for cls, name in meta.kept_metas()]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name, *_ in meta.kept_metas()]
 
     def dask_s():
         for cls, name, original in originals:

@@ -256,18 +256,21 @@ def drop_cub_block_reductions(cupy) -> None:
     accelerator.set_reduction_accelerators([a for a in accelerator.get_reduction_accelerators() if a != cub])
 
 
+def _cupy_compiler_and_cache():
+    """CuPy 14's compiler module and its disk cache backend, where CuPy is imported and has them."""
+    compiler = sys.modules.get("cupy.cuda.compiler")
+    return compiler, getattr(compiler, "_kernel_cache_backend", None)
+
+
 def cupy_kernel_cache_dir() -> str | None:
-    """The directory of this process's CuPy disk cache backend (CuPy 14's ``cupy.cuda.compiler``), where CuPy
-    is imported and has one."""
-    backend = getattr(sys.modules.get("cupy.cuda.compiler"), "_kernel_cache_backend", None)
-    return getattr(backend, "_cache_dir", None)
+    """The directory of this process's CuPy disk cache backend, where CuPy is imported and has one."""
+    return getattr(_cupy_compiler_and_cache()[1], "_cache_dir", None)
 
 
 def set_cupy_kernel_cache_dir(directory: str) -> None:
     """This process's CuPy disk cache backend made again for ``directory``, where CuPy is imported and has one
     (CuPy reads ``CUPY_CACHE_DIR`` once, as it is imported)."""
-    compiler = sys.modules.get("cupy.cuda.compiler")
-    backend = getattr(compiler, "_kernel_cache_backend", None)
+    compiler, backend = _cupy_compiler_and_cache()
     if backend is not None and getattr(backend, "_cache_dir", directory) != directory:
         compiler._set_kernel_cache_backend(type(backend)(directory))
 

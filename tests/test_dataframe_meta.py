@@ -20,7 +20,7 @@ from dask_gpu.dataframe import meta, start
 
 @pytest.fixture
 def by_kind():
-    originals = [(cls, name, cls.__dict__[name]) for cls, name in meta.kept_metas()]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name, *_ in meta.kept_metas()]
     meta.install()
     meta._merged.clear()
     meta._computed.clear()
@@ -68,10 +68,10 @@ def test_answers_are_unchanged(by_kind):
 
 def test_install_is_idempotent(by_kind):
     kept = meta.kept_metas()
-    assert {cls for cls, _ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
-    current = [cls.__dict__[name] for cls, name in kept]
+    assert {cls for cls, *_ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
+    current = [cls.__dict__[name] for cls, name, *_ in kept]
     meta.install()
-    assert [cls.__dict__[name] for cls, name in kept] == current
+    assert [cls.__dict__[name] for cls, name, *_ in kept] == current
 
 
 def test_a_class_without_the_property_is_left_as_it_is():

@@ -46,11 +46,8 @@ _STAMPS = (np.generic, datetime.date, datetime.time, datetime.timedelta)
 def install() -> None:
     """Merge metas, the metas of reductions and group-bys, and cuDF frames' dtypes and columns, by kind from now
     on (idempotent). Imports dask's dataframe expressions, and cuDF where it is installed."""
-    for cls, attribute in kept_metas():
-        if cls is internals.Merge:
-            keep(cls, attribute, _merge_kind, _merged)
-        else:
-            keep(cls, attribute, functools.partial(_operands_kind, attribute), _computed)
+    for cls, attribute, kind, cache in kept_metas():
+        keep(cls, attribute, kind, cache)
     try:
         import cudf
     except ImportError:
@@ -59,9 +56,12 @@ def install() -> None:
 
 
 def kept_metas() -> list:
-    """The expressions' cached properties that :func:`install` keeps by kind: (class, attribute), merges first."""
-    return [(internals.Merge, "_meta"), (internals.ApplyConcatApply, "_meta"),
-            (internals.ApplyConcatApply, "_meta_chunk"), (internals.GroupByApplyConcatApply, "_meta_chunk")]
+    """The expressions' cached properties that :func:`install` keeps by kind: (class, attribute, kind, cache),
+    merges first."""
+    by_operands = [(internals.ApplyConcatApply, "_meta"), (internals.ApplyConcatApply, "_meta_chunk"),
+                   (internals.GroupByApplyConcatApply, "_meta_chunk")]
+    return [(internals.Merge, "_meta", _merge_kind, _merged)] + [
+        (cls, attribute, functools.partial(_operands_kind, attribute), _computed) for cls, attribute in by_operands]
 
 
 def keep(cls, attribute: str, kind, cache: dict) -> None:
@@ -164,18 +164,23 @@ def index_kind(index) -> tuple:
 
 
 def _labels_kind(attribute: str, frame) -> tuple:
-    return (attribute, type(frame), tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame),
+    return attribute, *_cudf_columns_kind(frame)
+
+
+def _cudf_columns_kind(frame) -> tuple:
+    """A cuDF frame's type, column names, dtypes and what shapes its labels, read from its columns without the
+    pandas objects that ``dtypes`` and ``columns`` make."""
+    return (type(frame), tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame),
             internals.cudf_column_labels(frame))
 
 
 def signature(frame) -> tuple:
     """What a merge's result takes from ``frame``: its type, columns (their labels, and what shapes them) and
-    dtypes, and its index. A cuDF frame's ``dtypes`` is read from its columns, without the Series."""
+    dtypes, and its index."""
     if type(frame).__module__.split(".")[0] == "cudf":
-        names, dtypes = tuple(internals.cudf_column_names(frame)), internals.cudf_dtypes(frame)
-        labels = internals.cudf_column_labels(frame)
+        columns_kind = _cudf_columns_kind(frame)
     else:
         columns = frame.columns
-        names, dtypes = tuple(columns), tuple(frame.dtypes)
         labels = type(columns), tuple(columns.names), columns.dtype
-    return type(frame), names, dtypes, labels, index_kind(frame.index)
+        columns_kind = type(frame), tuple(columns), tuple(frame.dtypes), labels
+    return *columns_kind, index_kind(frame.index)
