@@ -7,9 +7,10 @@ query computed in this process by dask's synchronous scheduler on cuDF (``local`
 cluster in between. With ``--plans``, each query's building and optimization alone, with cuDF's metas and with
 pandas' (what the client would cost if it planned with pandas metadata). With ``--sample``, one more round of the
 queries sampled by py-spy in every thread of this process (the client and the scheduler) and of the workers: each
-thread's busy seconds and where they went.
+thread's busy seconds and where they went. With ``--reads``, each query's parquet reads as its plan makes them (one
+cuDF call a partition, on a worker) beside cuDF alone reading the same columns of the same files in one call there.
 
-    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--out FILE]
+    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--reads] [--out F]
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--sample", action="store_true",
                         help="also sample one round of the queries with py-spy (pip install py-spy): busy seconds "
                              "by thread")
+    parser.add_argument("--reads", action="store_true",
+                        help="also time each query's planned reads beside cuDF alone reading the same columns")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
 
@@ -91,11 +94,15 @@ def main(argv=None) -> dict:
                 row.update(build=steps[0], optimize=steps[1], graph=steps[2], compute=steps[3], tasks=len(graph),
                            by_prefix=_by_prefix(tasks), task_seconds=_busy(tasks), **_ends(tasks, called, answered))
                 row["outside_tasks"] = row["compute"] - row["task_seconds"]
+                if args.reads:
+                    row["reads"] = _reads(client, optimized)
+                reads = row.get("reads", {})
                 print(f"q{n}: first {row['first']:.2f} second {row['second']:.2f} | build {steps[0]:.3f} "
                       f"optimize {steps[1]:.3f} graph {steps[2]:.3f} compute {steps[3]:.3f} (tasks busy "
                       f"{row['task_seconds']:.3f}, {len(graph)} tasks; before the first "
                       f"{row.get('before_first_task', 0):.3f}, after the last {row.get('after_last_task', 0):.3f}) "
-                      f"{row['correct']}", flush=True)
+                      f"{row['correct']}" + (f" | reads {reads['planned']:.3f} cuDF alone {reads['cudf_alone']:.3f} "
+                                             f"partitions {reads['partitions']}" if reads else ""), flush=True)
             if args.sample:
                 result["sampled"] = _sampled(lambda: [engine.run(n) for n in numbers])
                 print(json.dumps({k: v["busy"] for k, v in result["sampled"]["threads"].items()}, indent=1), flush=True)
@@ -178,6 +185,45 @@ def _plans(engine, numbers, backend) -> dict:
                 runs.append((built - start, time.perf_counter() - built))
             out[f"q{n}"] = min(runs, key=sum)
     return out
+
+
+def _reads(client, optimized) -> dict:
+    """The seconds of the query's planned reads (each partition in one cuDF call, one after another) and of cuDF
+    alone reading the same columns of the same files in one call, on a worker, the second of two tries; and the
+    reads' partitions."""
+    from dask_gpu.dataframe.collections import Optimized
+    from dask_gpu.dataframe.parquet import ReadParquet
+
+    root = optimized.expr
+    found, stack = {}, [root.optimized if isinstance(root, Optimized) else root]
+    while stack:
+        expr = stack.pop()
+        if isinstance(expr, ReadParquet):
+            found[expr._name] = expr
+        stack.extend(expr.dependencies())
+        stack.extend(e for e in getattr(expr, "exprs", ()) if hasattr(e, "dependencies"))  # fused ones
+    jobs = [([read._plan[i] for i in read._partitions], read.operand("columns"),
+             [name for name, _, _ in read.operand("files")]) for read in found.values()]
+    planned, alone = client.submit(_time_reads, jobs, pure=False).result()
+    return {"planned": planned, "cudf_alone": alone, "partitions": [len(plans) for plans, _, _ in jobs]}
+
+
+def _time_reads(jobs) -> tuple:
+    import cudf
+
+    from dask_gpu.dataframe.parquet import read_pieces
+
+    for _ in range(2):
+        start = time.perf_counter()
+        for plans, columns, _ in jobs:
+            for pieces in plans:
+                read_pieces(pieces, columns, "cudf")
+        planned = time.perf_counter() - start
+        start = time.perf_counter()
+        for _, columns, files in jobs:
+            cudf.read_parquet(files, columns=columns)
+        alone = time.perf_counter() - start
+    return planned, alone
 
 
 def _ends(ts, called: float, answered: float) -> dict:

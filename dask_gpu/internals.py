@@ -28,6 +28,16 @@ _LAZY = {
     "RemoveReplicasEvent": ("distributed.worker_state_machine", "RemoveReplicasEvent"),
     # dask's expressions, and those whose metas dask_gpu.dataframe.meta keeps by kind
     "Expr": ("dask._expr", "Expr"),
+    # dask's dataframe expressions that dask_gpu.dataframe.parquet reads as and plans with
+    "FrameExpr": ("dask.dataframe.dask_expr._expr", "Expr"),
+    "BlockwiseIO": ("dask.dataframe.dask_expr.io.io", "BlockwiseIO"),
+    "PartitionsFiltered": ("dask.dataframe.dask_expr._expr", "PartitionsFiltered"),
+    "Projection": ("dask.dataframe.dask_expr._expr", "Projection"),
+    "Filter": ("dask.dataframe.dask_expr._expr", "Filter"),
+    "Index": ("dask.dataframe.dask_expr._expr", "Index"),
+    "Literal": ("dask.dataframe.dask_expr._expr", "Literal"),
+    "Len": ("dask.dataframe.dask_expr._reductions", "Len"),
+    "is_filter_pushdown_available": ("dask.dataframe.dask_expr._expr", "is_filter_pushdown_available"),
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
     "ApplyConcatApply": ("dask.dataframe.dask_expr._reductions", "ApplyConcatApply"),
     "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
@@ -144,6 +154,39 @@ def file_name_prefix(key) -> str:
     from urllib.parse import quote
 
     return quote(str(key), safe="") + "#"
+
+
+# --- attributes of dask's and cuDF's classes that dask-gpu replaces, and puts back ---------------
+
+_replaced: dict = {}  # (class, attribute) -> what the class itself had (None: nothing of its own)
+
+
+def replace_class_attribute(cls, attribute: str, value) -> None:
+    """``cls.attribute`` replaced by ``value``; :func:`restore_class_attributes` puts the class's own back."""
+    _replaced.setdefault((cls, attribute), cls.__dict__.get(attribute))
+    setattr(cls, attribute, value)
+
+
+def restore_class_attributes() -> None:
+    """Every attribute that :func:`replace_class_attribute` replaced, as its class had it."""
+    for (cls, attribute), value in _replaced.items():
+        if value is None:
+            delattr(cls, attribute)
+        else:
+            setattr(cls, attribute, value)
+    _replaced.clear()
+
+
+# --- dask's dataframe expressions ------------------------------------------------------------
+
+def isin_values(isin):
+    """The values of dask's ``Isin`` expression (held in a delayed object of its own), or None."""
+    obj = getattr(isin.operand("values"), "obj", None)
+    value = dict(obj.__dask_graph__()).get(obj.key) if obj is not None else None
+    value = getattr(value, "value", value)  # a graph's data node holds it
+    if value is None or isinstance(value, tuple) and callable(value[0]):
+        return None
+    return [str(v) if isinstance(v, str) else v for v in value]  # NumPy strings as Python ones
 
 
 # --- cuDF: a frame's columns as pylibcudf columns, and a frame made from them -----------------

@@ -42,24 +42,25 @@ def simulate():
 
 @pytest.fixture
 def pandas_reader(monkeypatch):
-    """The ``gpu`` dataframe backend with pandas' parquet reader standing in for dask-cudf's (both read several
-    files in one call once the graph is optimized), and no read kept from before; the list of the reads made."""
+    """The ``gpu`` dataframe backend making pandas partitions: its planned reads with pandas' reader, and
+    dask's pandas reader standing in for dask-cudf's where it gives the read to dask-cudf; the list of the
+    reads given to dask-cudf."""
     import types
 
     import dask.dataframe as dd
 
     from dask_gpu.dataframe import backend
 
-    made = []
+    given = []
 
-    def read_parquet(*args, **kwargs):
-        made.append(args)
+    def read_parquet(*args, blocksize=None, **kwargs):
+        given.append(args)
         with dask.config.set({"dataframe.backend": "pandas"}):
             return dd.read_parquet(*args, **kwargs)
 
     monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
-    monkeypatch.setattr(backend, "_reads", {})
-    return made
+    monkeypatch.setattr(backend, "ENGINE", "pandas")
+    return given
 
 
 @pytest.fixture

@@ -196,19 +196,27 @@ def test_cudf_spilling_leaves_cudf_frames_to_cudf(tmp_path):
 
 
 def test_the_gpu_backend_reads_partitions_sized_for_the_gpu(client, tmp_path):
-    df = frame(60_000, 10)[["k", "x", "s"]]
+    """Planned reads on cuDF: a partition of about the target in one cuDF call, metas of the partitions' types,
+    filters that skip row groups, and files with an index or categories left to dask-cudf's reader."""
+    df = frame(60_000, 10)[["k", "x", "s", "t", "n"]].reset_index(drop=True)
     for i in range(6):
-        df.iloc[i * 10_000:(i + 1) * 10_000].to_parquet(tmp_path / f"part-{i}.parquet")
-    stored = sum(f.stat().st_size for f in tmp_path.iterdir())
-    with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": stored // 3}):
-        ddf = dd.read_parquet(str(tmp_path)).persist()
-        assert type(ddf._meta).__module__.startswith("cudf") and ddf.npartitions == 3
-        rows = ddf.map_partitions(len).compute().tolist()
-        assert sum(rows) == 60_000 and all(n % 10_000 == 0 for n in rows)  # whole files
-        held = client.persist(dd.read_parquet(str(tmp_path), columns=["x"]))  # fused: the divisions hold
-        assert held.npartitions == len(futures_of(held)) == 3 and held.x.sum().compute() == pytest.approx(df.x.sum())
-        same(ddf.compute().to_pandas().reset_index(drop=True), df.reset_index(drop=True))
-        assert dd.read_parquet(str(tmp_path), blocksize=None).npartitions == 6  # dask-cudf's sizing, asked for
+        df.iloc[i * 10_000:(i + 1) * 10_000].to_parquet(tmp_path / f"part-{i}.parquet", index=False,
+                                                        row_group_size=5_000)
+    with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": 1_000_000}):
+        ddf = dd.read_parquet(str(tmp_path))
+        assert type(ddf._meta).__module__.startswith("cudf") and ddf.npartitions == 3  # 2.6 MB
+        got = ddf.persist()
+        assert dict(got.dtypes) == dict(got.partitions[0].compute().dtypes)
+        same(got.compute().to_pandas().reset_index(drop=True), df)
+        late = ddf[ddf.t >= df.t.quantile(0.9)]
+        assert len(late) == (df.t >= df.t.quantile(0.9)).sum()
+        ordered = ddf.assign(row=1).row.cumsum()  # rows of every partition, in order
+        assert ordered.compute().to_pandas().tolist() == list(range(1, 60_001))
+        held = client.persist(dd.read_parquet(str(tmp_path), columns=["x"]))
+        assert held.npartitions == len(futures_of(held)) and held.x.sum().compute() == pytest.approx(df.x.sum())
+        frame(1000, 3).to_parquet(tmp_path / "indexed.parquet")  # a named index and categories
+        indexed = dd.read_parquet(str(tmp_path / "indexed.parquet"))
+        assert indexed.index.name == "row" and str(indexed.c.dtype) == "category"
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2
 
 

@@ -1,22 +1,20 @@
 """The ``gpu`` dataframe backend: ``dask.config.set({"dataframe.backend": "gpu"})``.
 
 dask-cudf's backend (cuDF partitions; ``to_backend("gpu")``, ``read_csv`` and the rest as ``"cudf"``
-has them), with parquet partitions sized for the GPU workers that will hold them (:mod:`.sizing`):
-files are read several in one call and joined into partitions of about ``gpu.partition-size`` of the
-smallest GPU, as many as a multiple of the GPU workers. ``blocksize=`` asks for dask-cudf's sizing instead.
-A read of files that have not changed since the same read before takes that read's expression again: the
-client then finds the dataset's footers, schema and partitioning, which dask computes on every read, already
-there.
+has them), with parquet read in partitions planned for the GPU workers that will hold them
+(:mod:`.parquet`): about ``gpu.partition-size`` of the smallest GPU of what the query keeps of the files,
+each read in one cuDF call, as many as a multiple of the GPU workers where there are several.
+``blocksize=``, ``filters=`` and the reader's other options ask for dask-cudf's reader instead.
 dask-cudf is imported at the first call, not with this module.
 """
 
 from __future__ import annotations
 
-from dask.base import tokenize
 from dask.dataframe.backends import DataFrameBackendEntrypoint
-from dask.dataframe.dask_expr import new_collection
 
-from dask_gpu.dataframe import meta, sizing
+from dask_gpu.dataframe import collections, meta, parquet, sizing
+
+ENGINE = "cudf"  # the library of the partitions that this backend's parquet reads make
 
 
 def _cudf():
@@ -26,38 +24,29 @@ def _cudf():
         raise ImportError(f"the 'gpu' dataframe backend needs cuDF and dask-cudf: pip install dask-cudf-cu12 "
                           f"or dask-cudf-cu13 ({e})") from e
     meta.install()
+    collections.register()
     return CudfBackendEntrypoint
 
 
-READS = 256  # reads kept; past it, they are made again
-_reads: dict = {}  # (arguments, the files' listing, the GPUs) -> the read's expression
-
-
-def _read(read, path, args, kwargs, gpus, stored):
+def _planned(path, columns=None, storage_options=None):
+    """The read of :mod:`.parquet`, sized for the GPU workers; None where it does not take these files or
+    where there is no GPU to size for."""
+    gpus = sizing.gpu_workers()
     if not gpus:
-        return read(path, *args, blocksize=None, **kwargs)  # a partition per file
-    # dask-cudf reads several files in one call (faster than one call per file) once the graph is
-    # optimized. The repartition on top gives a multiple of the GPUs, and a partition count that the
-    # optimization does not change: a bare fused read, persisted with Client.persist, keeps the count
-    # of before it and names partitions that were never made.
-    df = read(path, *args, blocksize=sizing.partition_bytes(min(gpus)), **kwargs)
-    return df.repartition(npartitions=sizing.partition_count(stored, df.npartitions, min(gpus), len(gpus)))
+        return None
+    return parquet.read_parquet(path, columns, engine=ENGINE, partition_bytes=sizing.partition_bytes(min(gpus)),
+                                gpus=len(gpus), storage_options=storage_options)
 
 
 class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
     @staticmethod
     def read_parquet(path, *args, blocksize="default", **kwargs):
         read = _cudf().read_parquet
-        if blocksize != "default":
-            return read(path, *args, blocksize=blocksize, **kwargs)
-        gpus = sizing.gpu_workers()
-        stored, files = sizing.listing(path, kwargs.get("storage_options"))
-        key = (tokenize(path, args, kwargs), files, tuple(gpus), sizing.partition_size())
-        if key not in _reads:
-            if len(_reads) >= READS:
-                _reads.clear()
-            _reads[key] = _read(read, path, args, kwargs, gpus, stored).expr
-        return new_collection(_reads[key])  # a collection of its own over the same expression
+        if blocksize == "default" and not args and set(kwargs) <= {"columns", "storage_options"}:
+            df = _planned(path, **kwargs)
+            if df is not None:
+                return df
+        return read(path, *args, blocksize=None if blocksize == "default" else blocksize, **kwargs)
 
     @staticmethod
     def to_backend(data, **kwargs):

@@ -45,7 +45,8 @@ _STAMPS = (np.generic, datetime.date, datetime.time, datetime.timedelta)
 
 def install() -> None:
     """Merge metas, the metas of reductions and group-bys, and cuDF frames' dtypes and columns, by kind from now
-    on (idempotent). Imports dask's dataframe expressions, and cuDF where it is installed."""
+    on (idempotent; :func:`uninstall` undoes it). Imports dask's dataframe expressions, and cuDF where it is
+    installed."""
     for cls, attribute, kind, cache in kept_metas():
         keep(cls, attribute, kind, cache)
     try:
@@ -53,6 +54,13 @@ def install() -> None:
     except ImportError:
         return
     keep_labels(cudf.DataFrame)
+
+
+def uninstall() -> None:
+    """dask's and cuDF's own properties back, and the kept metas forgotten."""
+    internals.restore_class_attributes()
+    for cache in (_merged, _computed, _labels):
+        cache.clear()
 
 
 def kept_metas() -> list:
@@ -71,7 +79,7 @@ def keep(cls, attribute: str, kind, cache: dict) -> None:
     if isinstance(current, functools.cached_property) and not getattr(current.func, "by_kind", False):
         replacement = functools.cached_property(by_kind(current.func, kind, cache))
         replacement.__set_name__(cls, attribute)
-        setattr(cls, attribute, replacement)
+        internals.replace_class_attribute(cls, attribute, replacement)
 
 
 def keep_labels(cls) -> None:
@@ -81,8 +89,8 @@ def keep_labels(cls) -> None:
         current = getattr(cls, attribute, None)
         if isinstance(current, property) and not getattr(current.fget, "by_kind", False):
             kind = functools.partial(_labels_kind, attribute)
-            setattr(cls, attribute, property(by_kind(current.fget, kind, _labels), current.fset, current.fdel,
-                                             current.__doc__))
+            internals.replace_class_attribute(
+                cls, attribute, property(by_kind(current.fget, kind, _labels), current.fset, current.fdel, current.__doc__))
 
 
 def by_kind(compute, kind, cache: dict):

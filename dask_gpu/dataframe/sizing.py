@@ -7,19 +7,8 @@ equal size, as many as a multiple of the GPU workers, keep every GPU equally bus
 
 from __future__ import annotations
 
-import math
-
 from dask_gpu import config
 from dask_gpu.parse import size_or_fraction
-
-
-def partition_count(stored_bytes: int, pieces: int, device_memory: int, gpus: int, size=None) -> int:
-    """Partitions for ``stored_bytes`` of data read as ``pieces`` (files), on ``gpus`` GPUs of at least
-    ``device_memory`` bytes; ``size`` (bytes or a fraction of the device) defaults to ``gpu.partition-size``."""
-    target = partition_bytes(device_memory, size)
-    count = max(1, round(stored_bytes / target))
-    count = math.ceil(count / max(gpus, 1)) * max(gpus, 1)  # the same number on every GPU
-    return max(1, min(count, pieces))  # pieces are joined, never split
 
 
 def partition_bytes(device_memory: int, size=None) -> int:
@@ -35,25 +24,9 @@ def partition_size(size=None) -> int | float:
     return value
 
 
-def stored_bytes(path, storage_options=None) -> int:
-    """The bytes of the files under ``path`` (a file, a directory, a glob or a list of them)."""
-    return listing(path, storage_options)[0]
-
-
-def listing(path, storage_options=None) -> tuple[int, str]:
-    """The bytes of the files under ``path``, and a token that changes when a file is added, removed or written."""
-    from dask.base import tokenize
-    from fsspec.core import get_fs_token_paths
-
-    fs, _, paths = get_fs_token_paths(path, storage_options=storage_options)
-    files = {}
-    for p in paths:
-        files.update(fs.find(p, detail=True) if fs.isdir(p) else {p: fs.info(p)})
-    return sum(info.get("size") or 0 for info in files.values()), tokenize(sorted(files.items(), key=str))
-
-
 def gpu_workers(client=None) -> list[int]:
-    """The device memory of each GPU worker of ``client``'s cluster (of this machine's GPUs without one)."""
+    """The device memory of each GPU worker of ``client``'s cluster (of this machine's GPUs without one); asked of
+    the workers once for each set of them."""
     from distributed import get_client
 
     from dask_gpu import devices
@@ -63,8 +36,18 @@ def gpu_workers(client=None) -> list[int]:
             client = get_client()
         except ValueError:  # no cluster: the GPUs of this machine
             return [d.memory_total for d in devices.discover().devices]
-    sizes = client.run(_device_memory).values()
-    return [size for size in sizes if size]
+    workers = tuple(sorted(client.scheduler_info().get("workers", ())))  # the client's copy: no round trip
+    key = (client.id, workers)
+    if not workers or key not in _asked:
+        sizes = [size for size in client.run(_device_memory).values() if size]
+        if not workers:
+            return sizes
+        _asked.clear()
+        _asked[key] = sizes
+    return _asked[key]
+
+
+_asked: dict = {}  # (client, its workers) -> their GPUs' memory
 
 
 def _device_memory(dask_worker) -> int | None:

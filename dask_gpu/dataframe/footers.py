@@ -1,0 +1,149 @@
+"""What parquet footers tell a planner, read once per file: row groups, their rows, the bytes each column takes in
+memory once read, and the statistics that let a filter skip a row group.
+
+A footer is kept by the file's path, size and modification time, so that a query run again plans from memory and
+a file written anew is read anew. Filters are in pyarrow's disjunctive normal form, as tuples: a tuple of
+conjunctions, each a tuple of ``(column, op, value)`` with ``op`` one of ``== != < <= > >= in``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+LIMIT = 65_536  # footers kept; past it, they are read again
+SAMPLE_ROWS = 65_536  # rows of each sampled row group that a filter is tried on
+SAMPLES = 3  # row groups sampled, spread over those that may match
+
+_footers: dict = {}  # (path, size, modification time) -> Footer
+_selectivity: dict = {}  # (row groups' keys, filters) -> the share of rows that a filter keeps
+
+# what a column of each physical type takes in memory a row; other types (strings, decimals) are measured
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "INT96": 8, "DOUBLE": 8}
+_VARIABLE_ROW = 8  # the least a row of a variable-width column takes in memory: an offset and a few bytes
+
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroup:
+    """One row group of one file: its rows, each column's bytes in memory, and each column's (min, max)."""
+
+    path: str
+    index: int
+    rows: int
+    sizes: dict
+    bounds: dict
+
+    def nbytes(self, columns) -> int:
+        return sum(self.sizes.get(name, 0) for name in columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class Footer:
+    path: str
+    schema: object  # pyarrow.Schema
+    pandas_metadata: dict | None
+    row_groups: tuple
+
+
+def footer(fs, file: tuple) -> Footer:
+    """The footer of ``file``, a (path, size, modification time) of ``fs``: read once for each version of it."""
+    found = _footers.get(file)
+    if found is None:
+        if len(_footers) >= LIMIT:
+            _footers.clear()
+        found = _footers[file] = _read_footer(fs, file[0])
+    return found
+
+
+def _read_footer(fs, path: str) -> Footer:
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as f:
+        metadata = pq.ParquetFile(f).metadata
+    schema = metadata.schema.to_arrow_schema()
+    groups = tuple(_row_group(path, i, metadata.row_group(i)) for i in range(metadata.num_row_groups))
+    return Footer(path, schema, schema.pandas_metadata, groups)
+
+
+def _row_group(path: str, index: int, group) -> RowGroup:
+    sizes, bounds = {}, {}
+    for j in range(group.num_columns):
+        chunk = group.column(j)
+        name = chunk.path_in_schema.split(".")[0]
+        width = _WIDTH.get(chunk.physical_type)
+        size = group.num_rows * width if width else max(chunk.total_uncompressed_size, group.num_rows * _VARIABLE_ROW)
+        sizes[name] = sizes.get(name, 0) + size
+        stats = chunk.statistics
+        if name == chunk.path_in_schema and stats is not None and stats.has_min_max and _exact(stats):
+            bounds[name] = (stats.min, stats.max)
+    return RowGroup(path, index, group.num_rows, sizes, bounds)
+
+
+def _exact(stats) -> bool:
+    """Whether the bounds are the column's own: a writer may truncate long strings' bounds."""
+    return getattr(stats, "is_min_value_exact", True) is not False and getattr(
+        stats, "is_max_value_exact", True) is not False
+
+
+def might_match(group: RowGroup, filters) -> bool:
+    """Whether some row of ``group`` may pass ``filters``, by its columns' bounds (True where they cannot tell)."""
+    return not filters or any(all(_may_hold(group, term) for term in conjunction) for conjunction in filters)
+
+
+def _may_hold(group: RowGroup, term) -> bool:
+    column, op, value = term
+    bounds = group.bounds.get(column)
+    if bounds is None:
+        return True
+    low, high = bounds
+    try:
+        if op == "in":
+            return any(low <= v <= high for v in value)
+        if op == "==":
+            return low <= value <= high
+        if op == "!=":
+            return not (low == high == value)
+        if op in ("<", "<="):
+            return _COMPARE[op](low, value)
+        if op in (">", ">="):
+            return _COMPARE[op](high, value)
+    except TypeError:  # bounds and value of types that do not compare
+        return True
+    return True
+
+
+def selectivity(fs, groups, filters) -> float:
+    """The share of ``groups``' rows that ``filters`` keep, tried on the first rows of a few of them (kept by the
+    row groups and the filters); 1.0 where there is no filter or it cannot be tried."""
+    if not filters or not groups:
+        return 1.0
+    picked = [groups[i * (len(groups) - 1) // max(SAMPLES - 1, 1)] for i in range(min(SAMPLES, len(groups)))]
+    key = (tuple((g.path, g.index) for g in picked), filters)
+    if key not in _selectivity:
+        if len(_selectivity) >= LIMIT:
+            _selectivity.clear()
+        _selectivity[key] = _sampled(fs, picked, filters)
+    return _selectivity[key]
+
+
+def _sampled(fs, picked, filters) -> float:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = sorted({term[0] for conjunction in filters for term in conjunction})
+    kept = total = 0
+    try:
+        expression = pq.filters_to_expression([list(c) for c in filters])
+        for group in picked:
+            with fs.open(group.path, "rb") as f:
+                batch = next(pq.ParquetFile(f).iter_batches(SAMPLE_ROWS, row_groups=[group.index], columns=columns),
+                             None)
+            if batch is not None:
+                table = pa.Table.from_batches([batch])
+                kept, total = kept + table.filter(expression).num_rows, total + table.num_rows
+    except (TypeError, ValueError, NotImplementedError):  # a filter pyarrow cannot try (its errors derive from these)
+        return 1.0
+    return (kept + 1) / (total + 1) if total else 1.0

@@ -1,0 +1,279 @@
+"""Parquet read by partitions planned from the files' footers: each partition is one reader call over whole row
+groups, about ``gpu.partition-size`` of the data the query keeps, whatever the files' layout.
+
+The plan, made on the client from footers kept by :mod:`.footers`:
+
+- the columns the query uses (dask pushes its column projections into the read);
+- the row groups whose statistics may pass the query's filters (comparisons and ``isin`` of a column with values,
+  pushed into the read as filters; the filter itself stays above the read, so that its answer is dask's);
+- what the filters keep, tried on a sample of those row groups;
+- partitions of about the target bytes of what is kept, and of at most :data:`READ_FACTOR` times that read:
+  a small table, or a large one filtered to little, is one partition, which dask then joins by broadcasting it,
+  reduces without a shuffle, and sorts where it is. More than one partition are a multiple of the GPU workers.
+
+Files with an index stored as columns, hive-partitioned directories and other readers' options are read by
+dask-cudf's reader instead (:func:`readable` says which).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from dask_gpu import internals
+from dask_gpu.dataframe import footers
+
+READ_FACTOR = 4  # the most a partition reads, as a multiple of the target: the rest is filtered out
+EXTENSIONS = (".parq", ".parquet", ".pq")
+ENGINES = ("cudf", "pandas")
+
+
+def files_of(path, storage_options=None) -> tuple:
+    """(filesystem, ((path, size, mtime), ...)): the parquet files of a file, a directory, a glob or a list of
+    them; None where a directory holds hive partitions (``key=value`` folders)."""
+    from fsspec.core import get_fs_token_paths
+
+    fs, _, paths = get_fs_token_paths(path, storage_options=storage_options)
+    found = []
+    for p in paths:
+        if fs.isdir(p):
+            inside = fs.find(p, detail=True)
+            if any("=" in name[len(p):].rsplit("/", 1)[0] for name in inside):
+                return fs, None
+            found += sorted((name, info) for name, info in inside.items() if name.endswith(EXTENSIONS)
+                            and not name.rsplit("/", 1)[-1].startswith(("_", ".")))
+        else:
+            found.append((p, fs.info(p)))
+    return fs, tuple((name, info.get("size"), info.get("mtime", info.get("modified"))) for name, info in found)
+
+
+def readable(fs, files) -> bool:
+    """Whether this reader takes ``files``: some, of one schema, with nothing pandas restores from its metadata
+    (an index, a named one included, or categories): its frames have a default index and the files' types."""
+    if not files:
+        return False
+    first = footers.footer(fs, files[0])
+    if not all(footers.footer(fs, file).schema.equals(first.schema) for file in files[1:]):
+        return False
+    pandas = first.pandas_metadata or {}
+    index = pandas.get("index_columns", [])
+    return all(isinstance(i, dict) and i.get("kind") == "range" and i.get("name") is None for i in index) and not any(
+        c.get("pandas_type") == "categorical" for c in pandas.get("columns", []))
+
+
+def read_parquet(path, columns=None, *, engine: str, partition_bytes: int, gpus: int = 1, storage_options=None):
+    """A dataframe of the parquet files under ``path``; None where :func:`readable` says no."""
+    from dask.dataframe.dask_expr import new_collection
+
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}: choose from {', '.join(ENGINES)}")
+    fs, files = files_of(path, storage_options)
+    if files is None or not readable(fs, files):
+        return None
+    series = isinstance(columns, str)
+    wanted = [columns] if series else (list(columns) if columns is not None else None)
+    df = new_collection(ReadParquet(files, wanted, None, engine, int(partition_bytes), int(gpus), storage_options))
+    return df[columns] if series else df
+
+
+def plan(groups, columns, filters, target: int, gpus: int, share: float) -> tuple:
+    """The partitions of reading ``columns`` of ``groups`` (row groups, in order) under ``filters``, which keep
+    ``share`` of the rows: each a tuple of ``(path, row group indices)``, contiguous runs of the row groups."""
+    wanted = [g for g in groups if g.rows and footers.might_match(g, filters)] or list(groups[:1])
+    read = set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
+    weights = [max(g.nbytes(columns) * share, g.nbytes(read) / READ_FACTOR) for g in wanted]
+    count = max(1, math.ceil(sum(weights) / target))
+    if count > 1:
+        count = math.ceil(count / gpus) * gpus
+    count = max(1, min(count, len(wanted)))
+    return tuple(_pieces(run) for run in _runs(wanted, weights, count))
+
+
+def _runs(items, weights, count: int) -> list:
+    """``items`` cut into ``count`` contiguous runs of about equal weight, none empty."""
+    total, runs, start, seen = sum(weights) or 1, [], 0, 0.0
+    for i, weight in enumerate(weights):
+        seen += weight
+        left = len(items) - i - 1  # items after this one
+        need = count - len(runs) - 1  # runs after this one
+        if need and (seen >= total * (len(runs) + 1) / count or left == need):
+            runs.append(items[start:i + 1])
+            start = i + 1
+    runs.append(items[start:])
+    return runs
+
+
+def _pieces(run) -> tuple:
+    pieces = []
+    for group in run:
+        if pieces and pieces[-1][0] == group.path:
+            pieces[-1][1].append(group.index)
+        else:
+            pieces.append((group.path, [group.index]))
+    return tuple((path, tuple(indices)) for path, indices in pieces)
+
+
+def read_pieces(pieces, columns, engine: str, storage_options=None):
+    """One partition: the row groups of ``pieces`` in one reader call."""
+    paths, groups = [p for p, _ in pieces], [list(g) for _, g in pieces]
+    if engine == "cudf":
+        import cudf
+
+        return cudf.read_parquet(paths, columns=columns, row_groups=groups, use_pandas_metadata=False,
+                                 storage_options=storage_options)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from fsspec.core import url_to_fs
+
+    fs = url_to_fs(paths[0], **(storage_options or {}))[0]
+    tables = []
+    for path, chosen in zip(paths, groups):
+        with fs.open(path, "rb") as f:
+            tables.append(pq.ParquetFile(f).read_row_groups(chosen, columns=columns, use_pandas_metadata=False))
+    return pa.concat_tables(tables).replace_schema_metadata(None).to_pandas()  # as _empty(): see readable()
+
+
+def _empty(schema, columns, engine: str):
+    table = schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
+    table = table.select(columns) if columns is not None else table
+    if engine == "cudf":
+        import cudf
+
+        return cudf.DataFrame.from_arrow(table)
+    return table.to_pandas()
+
+
+class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
+    """Parquet files read in the partitions :func:`plan` makes (operands: the files with their sizes and times,
+    the columns, the filters in normal form, the engine, the target bytes, the GPU workers)."""
+
+    _parameters = ["files", "columns", "filters", "engine", "partition_bytes", "gpus", "storage_options",
+                   "_partitions"]
+    _defaults = {"columns": None, "filters": None, "engine": "cudf", "partition_bytes": 2**31, "gpus": 1,
+                 "storage_options": None, "_partitions": None}
+    _absorb_projections = True
+
+    @functools.cached_property
+    def _fs(self):
+        from fsspec.core import url_to_fs
+
+        return url_to_fs(self.operand("files")[0][0], **(self.storage_options or {}))[0]
+
+    @functools.cached_property
+    def _footers(self) -> list:
+        return [footers.footer(self._fs, file) for file in self.operand("files")]
+
+    @functools.cached_property
+    def _meta(self):
+        return _empty(self._footers[0].schema, self.operand("columns"), self.engine)
+
+    @property
+    def columns(self) -> list:
+        given = self.operand("columns")
+        return list(given) if given is not None else list(self._footers[0].schema.names)
+
+    @functools.cached_property
+    def _plan(self) -> tuple:
+        groups = [g for f in self._footers for g in f.row_groups]
+        share = footers.selectivity(self._fs, [g for g in groups if footers.might_match(g, self.filters)],
+                                    self.filters)
+        return plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
+
+    def _divisions(self):
+        return (None,) * (len(self._plan) + 1)
+
+    def _filtered_task(self, name, index: int):
+        from dask._task_spec import Task
+
+        return Task(name, read_pieces, self._plan[index], self.operand("columns"), self.engine,
+                    self.storage_options, _data_producer=True)
+
+    def _filter_passthrough_available(self, parent, dependents) -> bool:
+        """Whether ``parent``, a filter, has terms to push into this read. dask pushes no column projection
+        through a filter while it does: the filter must meet the read first."""
+        return internals.is_filter_pushdown_available(self, parent, dependents) and self._with_filters(
+            parent) is not None
+
+    def _simplify_up(self, parent, dependents):
+        if isinstance(parent, internals.Index):  # only the index: read the fewest columns
+            return None
+        if isinstance(parent, internals.Filter) and self._filter_passthrough_available(parent, dependents):
+            return self._with_filters(parent)
+        if isinstance(parent, internals.Len) and not self.filters and not self._filtered:
+            return internals.Literal(sum(g.rows for f in self._footers for g in f.row_groups))
+        return super()._simplify_up(parent, dependents)
+
+    def _with_filters(self, parent):
+        """The filter's terms that the read can plan with, pushed into it; the filter stays above it."""
+        found = conjunctions(parent.predicate, self)
+        if not found:
+            return None
+        known = self.filters or ((),)
+        combined = _simplest({frozenset(a) | frozenset(b) for a in known for b in found})
+        if combined == self.filters:
+            return None
+        read = self.substitute_parameters({"filters": combined})
+        return internals.Filter(read, parent.predicate.substitute(self, read))
+
+
+_OPS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+MAX_CONJUNCTIONS = 16
+
+
+def conjunctions(predicate, read) -> tuple | None:
+    """The terms of ``predicate`` on ``read``'s columns that a read can plan with, in normal form: what the
+    predicate implies, not all of it (a term the read cannot use is left out of its conjunction)."""
+    name = type(predicate).__name__
+    if name == "And":
+        left, right = conjunctions(predicate.left, read), conjunctions(predicate.right, read)
+        if left is None or right is None:
+            return left or right
+        product = tuple(a + b for a in left for b in right)
+        return product if len(product) <= MAX_CONJUNCTIONS else left
+    if name == "Or":
+        left, right = conjunctions(predicate.left, read), conjunctions(predicate.right, read)
+        return left + right if left and right and len(left) + len(right) <= MAX_CONJUNCTIONS else None
+    term = _term(predicate, read)
+    return ((term,),) if term else None
+
+
+def _simplest(conjunctions: set) -> tuple:
+    """A disjunction of ``conjunctions`` (sets of terms) without those that another implies, in one order."""
+    kept = [c for c in conjunctions if not any(other < c for other in conjunctions)]
+    return tuple(sorted((tuple(sorted(c, key=repr)) for c in kept), key=repr))
+
+
+def _term(predicate, read):
+    name = type(predicate).__name__
+    if name == "Isin":
+        column = _column(predicate.frame, read)
+        values = internals.isin_values(predicate)
+        return (column, "in", tuple(values)) if column and values is not None and len(values) else None
+    if name not in _OPS:
+        return None
+    left, right = predicate.left, predicate.right
+    op = _OPS[name]
+    if isinstance(right, internals.Expr):
+        left, right, op = right, left, _FLIP[op]
+    column = _column(left, read)
+    if column is None or isinstance(right, internals.Expr) or not _scalar(right):
+        return None
+    return column, op, right
+
+
+def _column(expr, read):
+    """The column of ``read`` that ``expr`` selects, or None."""
+    if isinstance(expr, internals.Projection) and expr.frame._name == read._name:
+        column = expr.operand("columns")
+        return column if isinstance(column, str) else None
+    return None
+
+
+def _scalar(value) -> bool:
+    import datetime
+
+    import numpy as np
+
+    return isinstance(value, (str, bool, int, float, np.generic, datetime.date, datetime.datetime)) and not (
+        isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,199 @@
+"""Parquet read in partitions planned from footers (dask_gpu.dataframe.parquet, .footers), with pandas partitions
+on the CPU: the plan's sizes, row groups skipped by statistics, what filters keep, and the answers."""
+
+import os
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dask_gpu.dataframe import footers, parquet
+
+ROWS = 120_000  # 8 columns of 8 bytes a value: 7.7 MB in memory
+
+
+def table(rows=ROWS, seed=0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frame = {"k": np.arange(rows), "day": pd.Timestamp("2000-01-01") + pd.to_timedelta(np.arange(rows) // 100, "D"),
+             "g": rng.integers(0, 5, rows), "s": rng.choice(["red", "green", "blue"], rows)}
+    frame.update({f"x{i}": rng.random(rows) for i in range(4)})
+    return pd.DataFrame(frame)
+
+
+def write(df: pd.DataFrame, folder, files=1, row_group=10_000):
+    os.makedirs(folder, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(df)), files)):
+        pq.write_table(pa.Table.from_pandas(df.iloc[part], preserve_index=False), os.path.join(folder, f"{i}.parquet"),
+                       row_group_size=row_group)
+    return str(folder)
+
+
+def read(path, target=2_000_000, gpus=1, columns=None):
+    return parquet.read_parquet(path, columns, engine="pandas", partition_bytes=target, gpus=gpus)
+
+
+def reads(collection) -> list:
+    """The reads in ``collection``'s optimized expression, fused ones included."""
+    found, stack = {}, [collection.optimize(fuse=False).expr]
+    while stack:
+        expr = stack.pop()
+        if isinstance(expr, parquet.ReadParquet):
+            found[expr._name] = expr
+        stack.extend(expr.dependencies())
+    return list(found.values())
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    df = table()
+    return df, write(df, tmp_path_factory.mktemp("one"))
+
+
+def test_a_table_is_read_in_partitions_of_about_the_target(data):
+    df, path = data
+    full = read(path, target=2_000_000)
+    assert full.npartitions == 4  # 7.7 MB: 8 bytes a value, the strings included
+    rows = full.map_partitions(len).compute().tolist()
+    assert sum(rows) == ROWS and all(n % 10_000 == 0 for n in rows) and max(rows) - min(rows) <= 10_000
+    pd.testing.assert_frame_equal(full.compute().reset_index(drop=True), df, check_dtype=False)
+    assert read(path, target=2_000_000, columns=["x0"]).npartitions == 1  # one column of eight: one partition
+    assert read(path, target=1).npartitions == 12  # as many as the row groups, none split
+
+
+def test_more_than_one_partition_is_a_multiple_of_the_gpus(data):
+    _, path = data
+    assert read(path, target=2_000_000, gpus=3).npartitions == 6
+    assert read(path, target=50_000_000, gpus=3).npartitions == 1  # a small table stays whole: broadcast
+
+
+def test_the_plan_is_the_same_for_every_layout_of_the_same_data(data, tmp_path):
+    df, _ = data
+    layouts = {"small files": write(df, tmp_path / "small", files=24, row_group=5_000),
+               "one file, large row groups": write(df, tmp_path / "large", files=1, row_group=30_000),
+               "one file, small row groups": write(df, tmp_path / "many", files=1, row_group=1_000)}
+    target = 3_000_000  # a row group is never split: the largest are 2.3 MB
+    for name, path in layouts.items():
+        full = read(path, target=target)
+        sizes = full.map_partitions(lambda p: int(p.memory_usage(deep=False).sum())).compute().tolist()
+        assert all(target / 2 <= size <= target * 2 for size in sizes), (name, sizes)
+        assert full.x0.sum().compute() == pytest.approx(df.x0.sum())
+
+
+def test_filters_are_pushed_into_the_read_and_stay_above_it(data):
+    df, path = data
+    full = read(path)
+    got = full[(full.day >= pd.Timestamp("2000-03-01")) & (full.s == "red")]
+    (one,) = reads(got)
+    assert (("day", ">=", pd.Timestamp("2000-03-01")), ("s", "==", "red")) in one.filters
+    want = df[(df.day >= pd.Timestamp("2000-03-01")) & (df.s == "red")]
+    pd.testing.assert_frame_equal(got.compute().reset_index(drop=True), want.reset_index(drop=True),
+                                  check_dtype=False)
+    assert full[full.s.isin(["red"])].x0.sum().compute() == pytest.approx(df[df.s == "red"].x0.sum())
+
+
+def test_row_groups_that_statistics_rule_out_are_not_read(data):
+    df, path = data
+    full = read(path, target=1)  # a partition a row group
+    late = full[full.k >= 100_000]  # k is sorted: the last two row groups of twelve
+    (one,) = reads(late)
+    assert one.npartitions == 2 and late.k.count().compute() == 20_000
+    days = full[full.day < pd.Timestamp("2000-01-05")]  # 400 rows, in the first row group
+    assert reads(days)[0].npartitions == 1 and len(days.compute()) == 400
+
+
+def test_what_a_filter_keeps_sizes_the_partitions(data):
+    """A large table filtered to a little is one partition: dask joins it by broadcasting it, and reduces and
+    sorts it where it is."""
+    df, path = data
+    full = read(path, target=2_000_000)
+    few = full[full.x0 < 0.05]  # 5% of the rows, everywhere in the file: no row group is skipped
+    (one,) = reads(few)
+    assert full.npartitions == 4 and one.npartitions == 1
+    big = read(path, target=2_000_000)
+    joined = big.merge(few[["k", "x1"]].rename(columns={"x1": "y"}), on="k")
+    lowered = joined.optimize(fuse=False).expr
+    kinds = {type(e).__name__ for e in lowered.walk()}
+    assert "BlockwiseMerge" in kinds and not kinds & {"HashJoinP2P", "Shuffle", "RearrangeByColumn"}
+    want = df.merge(df[df.x0 < 0.05][["k", "x1"]].rename(columns={"x1": "y"}), on="k")
+    assert joined.y.sum().compute() == pytest.approx(want.y.sum())
+
+
+def test_a_filter_the_read_cannot_use_keeps_the_partitions_and_the_answer(data):
+    df, path = data
+    full = read(path, target=2_000_000)
+    odd = full[(full.k % 2 == 1) & (full.x0 < 0.5)]  # the first term is no comparison of a column
+    (one,) = reads(odd)
+    assert one.filters == ((("x0", "<", 0.5),),)
+    assert odd.x1.sum().compute() == pytest.approx(df[(df.k % 2 == 1) & (df.x0 < 0.5)].x1.sum())
+    either = full[(full.x0 < 0.1) | (full.s == "red")]
+    assert reads(either)[0].filters == ((("s", "==", "red"),), (("x0", "<", 0.1),))
+    assert len(either.compute()) == ((df.x0 < 0.1) | (df.s == "red")).sum()
+
+
+def test_a_length_comes_from_the_footers(data):
+    _, path = data
+    from dask_gpu import internals
+
+    full = read(path)
+    assert len(full) == ROWS
+    assert type(internals.Len(full.expr).simplify()).__name__ == "Literal"  # nothing read
+    assert type(internals.Len(full[full.k < 5].expr).simplify()).__name__ != "Literal"
+
+
+def test_footers_are_read_once_per_version_of_a_file(tmp_path):
+    path = write(table(1000), tmp_path / "t")
+    assert len(read(path)) == 1000
+    pq.write_table(pa.Table.from_pandas(table(3000), preserve_index=False), os.path.join(path, "0.parquet"))
+    os.utime(os.path.join(path, "0.parquet"), (1, 1))  # another time, whatever the clock's resolution
+    assert len(read(path)) == 3000
+
+
+@pytest.mark.parametrize("case", ["named index", "categories", "hive folders", "other schemas"])
+def test_files_this_reader_does_not_take_go_to_dask_cudf(tmp_path, case):
+    df = table(1000)
+    if case == "named index":
+        df.set_index("k").to_parquet(tmp_path / "0.parquet")
+    elif case == "categories":
+        df.astype({"s": "category"}).to_parquet(tmp_path / "0.parquet")
+    elif case == "hive folders":
+        df.to_parquet(tmp_path, partition_cols=["g"])
+    else:
+        df.to_parquet(tmp_path / "0.parquet", index=False)
+        df[["k"]].to_parquet(tmp_path / "1.parquet", index=False)
+    assert read(str(tmp_path)) is None
+
+
+def test_the_sample_tells_what_filters_keep(data):
+    import fsspec
+
+    _, path = data
+    fs = fsspec.filesystem("file")
+    _, files = parquet.files_of(path)
+    groups = footers.footer(fs, files[0]).row_groups
+    share = footers.selectivity(fs, groups, ((("x0", "<", 0.25),),))
+    assert 0.2 < share < 0.3
+    assert footers.selectivity(fs, groups, ((("nothing", "<", 0.25),),)) == 1.0  # not a column: no estimate
+    assert footers.selectivity(fs, groups, None) == 1.0
+
+
+def test_the_gpu_backend_reads_with_this_reader(simulate, pandas_reader, data):
+    from distributed import Client
+
+    from dask_gpu import LocalCUDACluster
+
+    df, path = data
+    simulate(["80GB", "80GB"])
+    with dask.config.set({"gpu.partition-size": 1_000_000}), \
+            LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster):
+        with dask.config.set({"dataframe.backend": "gpu"}):
+            full = dd.read_parquet(path)
+            assert full.npartitions == 8 and not pandas_reader  # 7.7 MB, in a multiple of the 2 GPUs
+            assert full.x0.sum().compute() == pytest.approx(df.x0.sum())
+            series = dd.read_parquet(path, columns="x0")
+            assert isinstance(series, dd.Series) and series.sum().compute() == pytest.approx(df.x0.sum())
+            assert dd.read_parquet(path, filters=[("k", "<", 10)]).k.count().compute() == 10
+            assert len(pandas_reader) == 1  # a read with filters= goes to dask-cudf's reader
