@@ -201,7 +201,8 @@ def _reads(client, optimized) -> dict:
         if isinstance(expr, ReadParquet):
             found[expr._name] = expr
         stack.extend(expr.dependencies())
-        stack.extend(e for e in getattr(expr, "exprs", ()) if hasattr(e, "dependencies"))  # fused ones
+        if type(expr).__name__ == "Fused":
+            stack.extend(expr.exprs)
     jobs = [([read._plan[i] for i in read._partitions], read.operand("columns"),
              [name for name, _, _ in read.operand("files")]) for read in found.values()]
     planned, alone = client.submit(_time_reads, jobs, pure=False).result()

@@ -1,11 +1,10 @@
 """The client's planning of the 22 TPC-H queries: building each collection and dask's optimization, with the metas
 that :mod:`dask_gpu.dataframe.meta` keeps by kind and without, side by side in one process.
 
-Rounds alternate: dask's own metas; merge metas kept; merges', reductions' and group-bys' metas kept (both from
-empty caches: what a first round pays); and all of them from the caches the rounds before left (what a later round
-pays). Nothing is
-computed. ``--backend pandas`` plans with pandas metas, anywhere; ``--backend gpu`` with cuDF's. Writes JSON with
-the machine's description.
+Rounds alternate: dask's own metas; the metas of merges, reductions and group-bys kept; those of blockwise
+expressions too (both from empty caches: what a first round pays); and all of them from the caches the rounds before
+left (what a later round pays). Nothing is computed. ``--backend pandas`` plans with pandas metas, anywhere;
+``--backend gpu`` with cuDF's. Writes JSON with the machine's description.
 
     python benchmarks/tpch_plans.py --data DIR --scale 1 [--backend pandas] [--rounds 4] [--out FILE]
 """
@@ -37,22 +36,15 @@ def main(argv=None) -> dict:
     data.generate(args.data, args.scale, print)
     tables = type("Tables", (), {"scale": args.scale,
                                  "read": lambda self, table: dd.read_parquet(data.files(args.data, table))})()
-    originals = [(cls, name, cls.__dict__[name]) for cls, name, *_ in meta.kept_metas()]
 
-    def dask_s():
-        for cls, name, original in originals:
-            setattr(cls, name, original)
-
-    def kept(*classes):
-        """Metas of ``classes`` (all where none is named) kept, from empty caches; the others as dask computes."""
+    def kept(blockwise: bool):
+        """The metas :mod:`dask_gpu.dataframe.meta` keeps (blockwise ones too with ``blockwise``), from empty
+        caches."""
         def prepare():
-            meta.install()
-            meta._merged.clear()
-            meta._computed.clear()
-            for cls, name, original in originals:
-                if classes and cls.__name__ not in classes:
-                    setattr(cls, name, original)
+            meta.uninstall()
+            meta.install(blockwise)
         return prepare
+
     def plan_round() -> float:
         start = time.perf_counter()
         for query in dask_queries.QUERIES.values():
@@ -60,10 +52,10 @@ def main(argv=None) -> dict:
         return time.perf_counter() - start
 
     variants = {
-        "dask's metas": dask_s,
-        "merges kept, from empty caches": kept("Merge"),
-        "all kept, from empty caches": kept(),
-        "all kept, caches of the rounds before": meta.install,
+        "dask's metas": meta.uninstall,
+        "merges, reductions and group-bys kept, from empty caches": kept(False),
+        "blockwise kept too, from empty caches": kept(True),
+        "blockwise kept too, caches of the rounds before": lambda: meta.install(True),
     }
     rounds: dict = {name: [] for name in variants}
     with dask.config.set({"dataframe.backend": args.backend}):
@@ -72,7 +64,6 @@ def main(argv=None) -> dict:
             for name, prepare in variants.items():
                 prepare()
                 rounds[name].append(plan_round())
-    dask_s()
     result = {
         "what": "Building and optimizing the 22 TPC-H queries on the client (seconds a round), nothing computed, "
                 "rounds alternating",
@@ -80,6 +71,7 @@ def main(argv=None) -> dict:
         "median": {name: statistics.median(times) for name, times in rounds.items()},
         "kinds kept": {"merges": len(meta._merged), "other expressions": len(meta._computed)},
     }
+    meta.uninstall()
     print(json.dumps({k: result[k] for k in ("median", "kinds kept")}, indent=1))
     if args.out:
         with open(args.out, "w") as f:

@@ -64,6 +64,26 @@ def pandas_reader(monkeypatch):
 
 
 @pytest.fixture
+def planned_pandas():
+    """dask-gpu's collections for pandas frames, series and indexes (as the ``gpu`` backend has them for cuDF's),
+    for the rest of the test; dask's own afterwards."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from dask.dataframe import get_collection_type
+
+    from dask_gpu.dataframe import collections
+
+    pairs = ((pd.DataFrame, dd.DataFrame), (pd.Series, dd.Series), (pd.Index, dd.Index))
+    dasks = {frame: get_collection_type.dispatch(frame) for frame, _ in pairs}
+    for frame, collection in pairs:
+        ours = collections.collection_of(collection)
+        get_collection_type.register(frame, lambda _, ours=ours: ours)
+    yield
+    for frame, theirs in dasks.items():
+        get_collection_type.register(frame, theirs)
+
+
+@pytest.fixture
 def no_gpu(monkeypatch):
     """A machine without NVML, whatever this one has."""
     from dask_gpu import devices

@@ -197,3 +197,18 @@ def test_the_gpu_backend_reads_with_this_reader(simulate, pandas_reader, data):
             assert isinstance(series, dd.Series) and series.sum().compute() == pytest.approx(df.x0.sum())
             assert dd.read_parquet(path, filters=[("k", "<", 10)]).k.count().compute() == 10
             assert len(pandas_reader) == 1  # a read with filters= goes to dask-cudf's reader
+
+
+def test_projections_of_one_read_keep_its_partitions(data):
+    """The partitions depend on the columns read; what a query uses of one read must be read together, or
+    blockwise work would meet partitions that do not match: a column computed from some columns beside another
+    (as TPC-H's query 21 does), and the length of a filtered read."""
+    df, path = data
+    full = read(path, target=1_000_000)
+    late = full.k.where((full.g > 2) & (full.x0 > full.x1))  # four columns, against one
+    got = full[["k"]].assign(late=late).compute()
+    expected = df.k.where((df.g > 2) & (df.x0 > df.x1))
+    np.testing.assert_array_equal(got.late.to_numpy(), expected.to_numpy())
+    day = df.day.quantile(0.9)
+    assert len(full[full.day >= day]) == (df.day >= day).sum()
+    assert full[full.day >= day].index.size.compute() == (df.day >= day).sum()

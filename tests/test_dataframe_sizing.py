@@ -41,9 +41,12 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
 
     from dask_gpu.dataframe.backend import GPUBackendEntrypoint
 
+    from dask_gpu.dataframe import backend
+
     assert isinstance(dataframe_creation_dispatch.dispatch("gpu"), GPUBackendEntrypoint)
     for name in ("dask_cudf", "dask_cudf.backends"):  # not installed (though a GPU machine may have imported it)
         monkeypatch.setitem(sys.modules, name, None)
+    backend._cudf.cache_clear()
     with dask.config.set({"dataframe.backend": "gpu"}):
         with pytest.raises(ImportError, match="the 'gpu' dataframe backend needs cuDF and dask-cudf"):
             dd.from_dict({"a": [1, 2]}, npartitions=1)

@@ -10,6 +10,8 @@ dask-cudf is imported at the first call, not with this module.
 
 from __future__ import annotations
 
+import functools
+
 from dask.dataframe.backends import DataFrameBackendEntrypoint
 
 from dask_gpu.dataframe import collections, meta, parquet, sizing
@@ -17,6 +19,7 @@ from dask_gpu.dataframe import collections, meta, parquet, sizing
 ENGINE = "cudf"  # the library of the partitions that this backend's parquet reads make
 
 
+@functools.cache  # a failed import is not kept: it is tried again
 def _cudf():
     try:
         from dask_cudf.backends import CudfBackendEntrypoint

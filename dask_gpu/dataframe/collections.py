@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 
 from dask_gpu import internals
+from dask_gpu.dataframe import planner
 
 
 class Optimized(internals.FrameExpr):
@@ -59,7 +60,11 @@ class _Held:
 
 
 class Planned:
-    """What dask-gpu's collections add to dask-cudf's."""
+    """What dask-gpu's collections add to dask-cudf's: the planner's rules for the joins and sorts they are made
+    of (dask makes a collection of each operation's expression), and ``optimize()``."""
+
+    def __init__(self, expr, *args, **kwargs):
+        super().__init__(planner.planned(expr), *args, **kwargs)
 
     def optimize(self, fuse: bool = True):
         from dask.dataframe.dask_expr import new_collection

@@ -37,17 +37,21 @@ _merged: dict = {}  # kind -> a merge's meta
 _computed: dict = {}  # (expression type, attribute, operands' kinds) -> a reduction's or group-by's meta
 _labels: dict = {}  # (attribute, kind) -> a cuDF frame's dtypes Series or columns Index
 
+# dask's blockwise expressions whose metas install(blockwise=True) keeps: the base class, and those of its
+# subclasses that compute their own
+BLOCKWISE = ("Blockwise", "Projection", "Assign", "Isin", "AsType", "Index")
+
 # operands that are their own kind, with their type (1, 1.0 and True are equal, and give other metas)
 _VALUES = (str, bytes, int, float, complex, type(None), enum.Enum)
 # operands whose repr and unit say all: NumPy scalars, dates, times and durations (pandas' among them)
 _STAMPS = (np.generic, datetime.date, datetime.time, datetime.timedelta)
 
 
-def install() -> None:
-    """Merge metas, the metas of reductions and group-bys, and cuDF frames' dtypes and columns, by kind from now
-    on (idempotent; :func:`uninstall` undoes it). Imports dask's dataframe expressions, and cuDF where it is
-    installed."""
-    for cls, attribute, kind, cache in kept_metas():
+def install(blockwise: bool = False) -> None:
+    """Merge metas, the metas of reductions and group-bys (and of blockwise expressions, with ``blockwise``), and
+    cuDF frames' dtypes and columns, by kind from now on (idempotent; :func:`uninstall` undoes it). Imports dask's
+    dataframe expressions, and cuDF where it is installed."""
+    for cls, attribute, kind, cache in kept_metas(blockwise):
         keep(cls, attribute, kind, cache)
     try:
         import cudf
@@ -63,11 +67,14 @@ def uninstall() -> None:
         cache.clear()
 
 
-def kept_metas() -> list:
+def kept_metas(blockwise: bool = False) -> list:
     """The expressions' cached properties that :func:`install` keeps by kind: (class, attribute, kind, cache),
-    merges first."""
+    merges first; with ``blockwise``, those of blockwise expressions too (selections, filters, arithmetic, new
+    columns: each one call on an empty frame, which with cuDF is cuDF's Python and kernels)."""
     by_operands = [(internals.ApplyConcatApply, "_meta"), (internals.ApplyConcatApply, "_meta_chunk"),
                    (internals.GroupByApplyConcatApply, "_meta_chunk")]
+    if blockwise:
+        by_operands += [(getattr(internals, name), "_meta") for name in BLOCKWISE]
     return [(internals.Merge, "_meta", _merge_kind, _merged)] + [
         (cls, attribute, functools.partial(_operands_kind, attribute), _computed) for cls, attribute in by_operands]
 
@@ -136,7 +143,10 @@ def _operand_kind(operand):
     """What an expression's meta takes from one of its operands: an expression's meta's kind, a value with its
     type, a function itself (equal only to itself, and kept alive by the key). TypeError where there is none."""
     if isinstance(operand, internals.Expr):
-        return meta_kind(operand._meta)
+        try:
+            return meta_kind(operand._meta)
+        except NotImplementedError:  # an expression of no frame (a delayed object's): no kind
+            raise TypeError(f"no kind for an operand of type {type(operand).__name__}") from None
     if isinstance(operand, _VALUES):
         return type(operand), operand
     if isinstance(operand, (list, tuple)):

@@ -133,14 +133,27 @@ def read_pieces(pieces, columns, engine: str, storage_options=None):
     return pa.concat_tables(tables).replace_schema_metadata(None).to_pandas()  # as _empty(): see readable()
 
 
-def _empty(schema, columns, engine: str):
-    table = schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
-    table = table.select(columns) if columns is not None else table
-    if engine == "cudf":
-        import cudf
+def _empty(footer, columns, engine: str):
+    """An empty frame of ``columns`` of the files' schema, in ``engine``'s type: made once for each (a cuDF frame
+    is made by cuDF's Python and kernels), and shared, as dask shares the metas it makes."""
+    key = (footer.path, footer.schema, tuple(columns) if columns is not None else None, engine)
+    found = _metas.get(key)
+    if found is None:
+        table = footer.schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
+        table = table.select(columns) if columns is not None else table
+        if engine == "cudf":
+            import cudf
 
-        return cudf.DataFrame.from_arrow(table)
-    return table.to_pandas()
+            found = cudf.DataFrame.from_arrow(table)
+        else:
+            found = table.to_pandas()
+        if len(_metas) >= footers.LIMIT:
+            _metas.clear()
+        _metas[key] = found
+    return found
+
+
+_metas: dict = {}  # (a file, its schema, columns, engine) -> an empty frame of them
 
 
 class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
@@ -165,7 +178,7 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
 
     @functools.cached_property
     def _meta(self):
-        return _empty(self._footers[0].schema, self.operand("columns"), self.engine)
+        return _empty(self._footers[0], self.operand("columns"), self.engine)
 
     @property
     def columns(self) -> list:
@@ -195,13 +208,27 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
             parent) is not None
 
     def _simplify_up(self, parent, dependents):
-        if isinstance(parent, internals.Index):  # only the index: read the fewest columns
+        if self._name not in dependents:
+            # made in this pass, after the map of what uses what: a projection now would read some columns in a
+            # read of their own, planned in other partitions than the read of the others
             return None
+        if isinstance(parent, internals.Index):
+            return self._index_only(parent, dependents)
         if isinstance(parent, internals.Filter) and self._filter_passthrough_available(parent, dependents):
             return self._with_filters(parent)
         if isinstance(parent, internals.Len) and not self.filters and not self._filtered:
             return internals.Literal(sum(g.rows for f in self._footers for g in f.row_groups))
         return super()._simplify_up(parent, dependents)
+
+    def _index_only(self, parent, dependents):
+        """The index of a read of the columns that this read's other users need: at least one, so that the
+        partitions keep their rows."""
+        needed = set(internals.determine_column_projection(self, parent, dependents))
+        columns = [c for c in self.columns if c in needed] or [
+            min(self.columns, key=lambda c: sum(g.sizes.get(c, 0) for f in self._footers for g in f.row_groups))]
+        if columns == self.columns:
+            return None
+        return internals.Index(self.substitute_parameters({"columns": columns}))
 
     def _with_filters(self, parent):
         """The filter's terms that the read can plan with, pushed into it; the filter stays above it."""

@@ -191,8 +191,8 @@ def same(got, want, rtol: float = 1e-6) -> str | None:
 
     if got.shape != want.shape:
         return f"shape {got.shape}, not {want.shape}"
-    if want.shape == (1, 1) and want.isna().all().all():
-        want = want.fillna(0)  # a sum over no rows: NULL in SQL, 0 in pandas and Polars
+    if want.shape == (1, 1):  # a sum over no rows: NULL in SQL, 0 in pandas and Polars, on either side
+        got, want = got.fillna(0), want.fillna(0)
     names, got, want = list(want.columns), _comparable(got), _comparable(want)
     floats = [i for i, kind in enumerate(want.dtypes) if kind.kind == "f"]
     exact = [i for i in range(want.shape[1]) if i not in floats]

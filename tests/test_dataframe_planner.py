@@ -1,0 +1,70 @@
+"""The planner's rules where dask lowers joins and sorts, and optimize() kept by a later compute
+(dask_gpu.dataframe.planner, .collections), with pandas partitions on the CPU."""
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_gpu.dataframe import collections, planner
+
+
+@pytest.fixture
+def frames():
+    rng = np.random.default_rng(0)
+    big = pd.DataFrame({"k": rng.integers(0, 1000, 50_000), "x": rng.random(50_000)})
+    small = pd.DataFrame({"k": np.arange(1000), "y": rng.random(1000)})
+    return big, small
+
+
+def kinds(collection) -> set:
+    return {type(e).__name__ for e in collection.optimize(fuse=False).expr.optimized.walk()}
+
+
+def test_a_broadcast_side_of_several_partitions_is_made_one(planned_pandas, frames):
+    """dask broadcasts the 2 partitions against the 20 and takes the join's output as partitioned by the key:
+    the group-by's shuffle is skipped, and each key comes out of several partitions."""
+    big, small = frames
+    joined = dd.merge(dd.from_pandas(big, npartitions=20), dd.from_pandas(small, npartitions=2), on="k")
+    assert isinstance(joined.expr, planner.PlannedMerge)
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        sums = joined.groupby("k").x.sum()
+        assert "BroadcastJoin" not in kinds(sums) and "BlockwiseMerge" in kinds(sums)
+        got = sums.compute()
+    want = big.merge(small, on="k").groupby("k").x.sum()
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+
+
+def test_a_join_of_two_large_sides_is_dask_s(planned_pandas, frames):
+    big, _ = frames
+    joined = dd.from_pandas(big, npartitions=8).merge(dd.from_pandas(big, npartitions=8), on="k")
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        assert "BlockwiseMerge" in kinds(joined) and "RepartitionToFewer" not in kinds(joined)
+        assert len(joined) == len(big.merge(big, on="k"))
+
+
+def test_a_small_sort_is_made_in_one_partition_without_a_pass_for_its_divisions(planned_pandas, frames):
+    big, _ = frames
+    df = dd.from_pandas(big, npartitions=planner.SORT_PARTITIONS)
+    ordered = df.sort_values("x")
+    assert ordered.npartitions == 1 and not kinds(ordered) & {"Shuffle", "TaskShuffle", "P2PShuffle"}
+    pd.testing.assert_frame_equal(ordered.compute(), big.sort_values("x"))
+    larger = dd.from_pandas(big, npartitions=planner.SORT_PARTITIONS + 1).sort_values("x")
+    assert larger.npartitions > 1 and larger.compute().x.is_monotonic_increasing  # dask's sort
+
+
+def test_an_optimized_collection_computes_as_it_was_optimized(planned_pandas, frames):
+    """dask optimizes again what it computes: an optimized expression, fused, loses tasks that its fused tasks
+    name. Here a group-by's output joined back with its input, the pattern of TPC-H's query 21."""
+    big, _ = frames
+    df = dd.from_pandas(big, npartitions=6)
+    counts = df.groupby("k").x.count().to_frame("n").reset_index()
+    joined = df[df.x > 0.5].merge(counts, on="k")
+    result = joined.groupby("n").x.sum().to_frame().reset_index().sort_values("x").head(5, compute=False)
+    optimized = result.optimize()
+    assert isinstance(optimized.expr, collections.Optimized) and optimized.optimize() is optimized
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        pd.testing.assert_frame_equal(optimized.compute(), result.compute())
+        pd.testing.assert_frame_equal(optimized.persist().compute(), result.compute())
+    assert "Fused" in optimized.expr.tree_repr() or optimized.npartitions == 1
