@@ -212,3 +212,13 @@ def test_projections_of_one_read_keep_its_partitions(data):
     day = df.day.quantile(0.9)
     assert len(full[full.day >= day]) == (df.day >= day).sum()
     assert full[full.day >= day].index.size.compute() == (df.day >= day).sum()
+
+
+def test_a_query_of_no_column_keeps_the_rows(data):
+    """A new column of constants reads none of the files' columns; the partitions still hold every row."""
+    df, path = data
+    full = read(path, target=2_000_000)
+    ones = full.assign(one=1).one
+    (one,) = reads(ones)
+    assert one.operand("columns") == []
+    assert ones.cumsum().compute().tolist() == list(range(1, ROWS + 1))

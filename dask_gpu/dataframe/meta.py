@@ -32,7 +32,6 @@ from dask.utils import is_dataframe_like, is_index_like, is_series_like
 from dask_gpu import internals
 
 LIMIT = 4096  # kinds kept in each cache; past it, the cache starts again
-# each cache: kind -> (value, whether each caller gets a copy of it)
 _merged: dict = {}  # kind -> a merge's meta
 _computed: dict = {}  # (expression type, attribute, operands' kinds) -> a reduction's or group-by's meta
 _labels: dict = {}  # (attribute, kind) -> a cuDF frame's dtypes Series or columns Index
@@ -84,7 +83,7 @@ def keep(cls, attribute: str, kind, cache: dict) -> None:
     define their own keep theirs. A dask whose class has no such property is left as it is."""
     current = cls.__dict__.get(attribute)
     if isinstance(current, functools.cached_property) and not getattr(current.func, "by_kind", False):
-        replacement = functools.cached_property(by_kind(current.func, kind, cache))
+        replacement = functools.cached_property(by_kind(current.func, kind, cache, shared=True))
         replacement.__set_name__(cls, attribute)
         internals.replace_class_attribute(cls, attribute, replacement)
 
@@ -100,9 +99,11 @@ def keep_labels(cls) -> None:
                 cls, attribute, property(by_kind(current.fget, kind, _labels), current.fset, current.fdel, current.__doc__))
 
 
-def by_kind(compute, kind, cache: dict):
-    """``compute(self)``, kept in ``cache`` by ``kind(self)``; a result of its own at each call (a shallow
-    copy of a frame, a series or an index, since callers may rename or add to it; scalars as they are)."""
+def by_kind(compute, kind, cache: dict, shared: bool = False):
+    """``compute(self)``, kept in ``cache`` by ``kind(self)``. With ``shared``, each caller gets the kept value, as
+    dask's expressions share metas (a sort's meta is its input's, and every user of an expression gets its one
+    cached meta). Without, each gets a result of its own: a shallow copy of a frame, a series or an index, which
+    a caller may change; scalars as they are."""
 
     @functools.wraps(compute)
     def kept(self):
@@ -112,15 +113,13 @@ def by_kind(compute, kind, cache: dict):
         except (AttributeError, TypeError):  # no kind to be had, or one that cannot be a key
             return compute(self)
         if found is None:
-            value = compute(self)
-            copied = _copied(value)
-            if not (copied or isinstance(value, _STAMPS + _VALUES)):
-                return value  # no copy of its own to be had: not kept
+            found = compute(self)
+            if not (_frame_like(found) or isinstance(found, _STAMPS + _VALUES)):
+                return found  # no copy of its own to be had: not kept
             if len(cache) >= LIMIT:
                 cache.clear()
-            found = cache[key] = value, copied
-        value, copied = found
-        return value.copy(deep=False) if copied else value
+            cache[key] = found
+        return found if shared or not _frame_like(found) else found.copy(deep=False)
 
     kept.by_kind = True
     return kept
@@ -131,7 +130,7 @@ def _merge_kind(merge) -> tuple:
             tuple((name, repr(value)) for name, value in sorted(merge.kwargs.items())))
 
 
-def _copied(value) -> bool:
+def _frame_like(value) -> bool:
     return is_dataframe_like(value) or is_series_like(value) or is_index_like(value)
 
 

@@ -113,8 +113,13 @@ def _pieces(run) -> tuple:
     return tuple((path, tuple(indices)) for path, indices in pieces)
 
 
-def read_pieces(pieces, columns, engine: str, storage_options=None):
-    """One partition: the row groups of ``pieces`` in one reader call."""
+def read_pieces(pieces, columns, engine: str, storage_options=None, keep=None):
+    """One partition: ``columns`` of the row groups of ``pieces`` in one reader call (``keep`` of them)."""
+    frame = _read(pieces, columns, engine, storage_options)
+    return frame if keep is None else frame[keep]
+
+
+def _read(pieces, columns, engine: str, storage_options):
     paths, groups = [p for p, _ in pieces], [list(g) for _, g in pieces]
     if engine == "cudf":
         import cudf
@@ -198,8 +203,18 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _filtered_task(self, name, index: int):
         from dask._task_spec import Task
 
-        return Task(name, read_pieces, self._plan[index], self.operand("columns"), self.engine,
-                    self.storage_options, _data_producer=True)
+        columns = self.operand("columns")
+        if columns == []:  # no column, but the rows: read the narrowest, then none of it
+            return Task(name, read_pieces, self._plan[index], [self._narrowest], self.engine, self.storage_options,
+                        [], _data_producer=True)
+        return Task(name, read_pieces, self._plan[index], columns, self.engine, self.storage_options,
+                    _data_producer=True)
+
+    @functools.cached_property
+    def _narrowest(self) -> str:
+        """The column that takes the least memory."""
+        groups = self._footers[0].row_groups
+        return min(self._footers[0].schema.names, key=lambda c: sum(g.sizes.get(c, 0) for g in groups))
 
     def _filter_passthrough_available(self, parent, dependents) -> bool:
         """Whether ``parent``, a filter, has terms to push into this read. dask pushes no column projection
@@ -221,11 +236,9 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         return super()._simplify_up(parent, dependents)
 
     def _index_only(self, parent, dependents):
-        """The index of a read of the columns that this read's other users need: at least one, so that the
-        partitions keep their rows."""
+        """The index of a read of the columns that this read's other users need, if any."""
         needed = set(internals.determine_column_projection(self, parent, dependents))
-        columns = [c for c in self.columns if c in needed] or [
-            min(self.columns, key=lambda c: sum(g.sizes.get(c, 0) for f in self._footers for g in f.row_groups))]
+        columns = [c for c in self.columns if c in needed]
         if columns == self.columns:
             return None
         return internals.Index(self.substitute_parameters({"columns": columns}))
