@@ -35,6 +35,7 @@ LIMIT = 4096  # kinds kept in each cache; past it, the cache starts again
 _merged: dict = {}  # kind -> a merge's meta
 _computed: dict = {}  # (expression type, attribute, operands' kinds) -> a reduction's or group-by's meta
 _labels: dict = {}  # (attribute, kind) -> a cuDF frame's dtypes Series or columns Index
+_kinds: dict = {}  # id of a meta -> (the meta, its kind)
 
 # dask's blockwise expressions whose metas install(blockwise=True) keeps: the base class, and those of its
 # subclasses that compute their own
@@ -62,7 +63,7 @@ def install(blockwise: bool = False) -> None:
 def uninstall() -> None:
     """dask's and cuDF's own properties back, and the kept metas forgotten."""
     internals.restore_class_attributes()
-    for cache in (_merged, _computed, _labels):
+    for cache in (_merged, _computed, _labels, _kinds):
         cache.clear()
 
 
@@ -126,8 +127,23 @@ def by_kind(compute, kind, cache: dict, shared: bool = False):
 
 
 def _merge_kind(merge) -> tuple:
-    return (signature(merge.left._meta), signature(merge.right._meta),
+    return (expression_kind(merge.left), expression_kind(merge.right),
             tuple((name, repr(value)) for name, value in sorted(merge.kwargs.items())))
+
+
+def expression_kind(expr) -> tuple:
+    """:func:`meta_kind` of ``expr``'s meta, kept for each meta object while it is in the cache (metas kept by
+    kind are shared, and the optimizer asks for the kind of one as each of its users is made)."""
+    try:
+        meta = expr._meta
+    except NotImplementedError:  # an expression of no frame (a delayed object's): no kind
+        raise TypeError(f"no kind for an operand of type {type(expr).__name__}") from None
+    found = _kinds.get(id(meta))
+    if found is None or found[0] is not meta:
+        if len(_kinds) >= LIMIT:
+            _kinds.clear()
+        found = _kinds[id(meta)] = meta, meta_kind(meta)  # the meta held: its id stays its own
+    return found[1]
 
 
 def _frame_like(value) -> bool:
@@ -142,10 +158,7 @@ def _operand_kind(operand):
     """What an expression's meta takes from one of its operands: an expression's meta's kind, a value with its
     type, a function itself (equal only to itself, and kept alive by the key). TypeError where there is none."""
     if isinstance(operand, internals.Expr):
-        try:
-            return meta_kind(operand._meta)
-        except NotImplementedError:  # an expression of no frame (a delayed object's): no kind
-            raise TypeError(f"no kind for an operand of type {type(operand).__name__}") from None
+        return expression_kind(operand)
     if isinstance(operand, _VALUES):
         return type(operand), operand
     if isinstance(operand, (list, tuple)):

@@ -244,7 +244,16 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         return internals.Index(self.substitute_parameters({"columns": columns}))
 
     def _with_filters(self, parent):
-        """The filter's terms that the read can plan with, pushed into it; the filter stays above it."""
+        """The filter's terms that the read can plan with, pushed into it; the filter stays above it (asked
+        of each pair once: dask asks as it simplifies the filter, and as it would push projections through)."""
+        key = self._name, parent._name
+        if key not in _pushed:
+            if len(_pushed) >= footers.LIMIT:
+                _pushed.clear()
+            _pushed[key] = self._pushed_into(parent)
+        return _pushed[key]
+
+    def _pushed_into(self, parent):
         found = conjunctions(parent.predicate, self)
         if not found:
             return None
@@ -255,6 +264,8 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         read = self.substitute_parameters({"filters": combined})
         return internals.Filter(read, parent.predicate.substitute(self, read))
 
+
+_pushed: dict = {}  # (a read's name, a filter's name) -> the filter over the read with its terms, or None
 
 _OPS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
