@@ -10,6 +10,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+import dask.dataframe.dask_expr._expr as dx
 from dask.dataframe.dask_expr._groupby import GroupByApplyConcatApply
 from dask.dataframe.dask_expr._merge import Merge
 from dask.dataframe.dask_expr._reductions import ApplyConcatApply
@@ -67,7 +68,9 @@ def test_answers_are_unchanged(by_kind):
 
 def test_install_is_idempotent(by_kind):
     kept = meta.kept_metas()
-    assert {cls for cls, *_ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
+    blockwise = {getattr(dx, name) for name in meta.BLOCKWISE}
+    assert {cls for cls, *_ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply} | blockwise
+    assert {cls for cls, *_ in meta.kept_metas(blockwise=False)} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
     current = [cls.__dict__[name] for cls, name, *_ in kept]
     meta.install()
     assert [cls.__dict__[name] for cls, name, *_ in kept] == current
@@ -143,11 +146,14 @@ def test_operands_equal_as_values_but_of_other_types_are_other_kinds(by_kind):
         assert meta._operand_kind(stamp)[2] == stamp.unit
 
 
-def test_a_blockwise_meta_is_dask_s(by_kind):
+def test_a_blockwise_meta_is_dask_s_and_is_computed_once_per_kind(by_kind):
     df = dd.from_pandas(typed(), npartitions=2)
-    filtered = df[df.x > 1.5]
+    filtered = df[df.x > 1.5].assign(y=df.x * 2)[["k", "y"]]
     assert_same_meta(filtered._meta, computed(filtered.expr))
-    assert not meta._computed
+    kinds = len(meta._computed)
+    other = dd.from_pandas(typed().assign(x=[4.0, 3, 2, 1]), npartitions=3)  # the same kind
+    again = other[other.x > 1.5].assign(y=other.x * 2)[["k", "y"]]
+    assert again._name != filtered._name and again._meta is filtered._meta and len(meta._computed) == kinds > 0
 
 
 def test_kinds_tell_apart_what_shapes_a_meta():
@@ -181,7 +187,7 @@ def test_operands_with_no_kind_leave_the_meta_computed_each_time(by_kind):
     for factor in (2, 2.5):  # the same function, closing over another factor: another result dtype
         custom = df.n.reduction(chunk, aggregate=sum)
         assert type(custom._meta) is type(computed(custom.expr)) is type(typed().n.mul(factor).sum())
-    assert not meta._computed  # chunk closes over factor: no kind
+    assert not [key for key in meta._computed if key[0] is not dx.Projection]  # chunk closes over factor: no kind
 
 
 @pytest.mark.parametrize("backend, simulated, installed, want", [
