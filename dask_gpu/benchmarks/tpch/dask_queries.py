@@ -1,7 +1,7 @@
 """The 22 TPC-H queries for Dask DataFrame, written from the specification with DuckDB's substitution parameters:
 ``qN(t)`` reads tables with ``t.read(name)`` and returns a lazy collection with the columns and row order of the
 query's SELECT and ORDER BY (``QUERIES`` maps N to it). They are written as a pandas user writes them: merges,
-filters, group-bys and sorts, with no engine hints (no ``broadcast=``, ``split_out=``, repartitions or persists);
+filters, group-bys and sorts, with no engine hints (no broadcast or split-out keywords, repartitions or persists):
 the engine decides how to join, reduce and sort. Only APIs that cuDF has too are used, so the same code runs on
 pandas and on cuDF partitions. A LIMIT is ``head(n, compute=False)``, which keeps the collection lazy.
 """
