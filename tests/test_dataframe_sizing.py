@@ -1,7 +1,6 @@
 """Partition sizing of the gpu dataframe backend, on the CPU."""
 
 import dask
-import pandas as pd
 import pytest
 from distributed import Client
 

@@ -102,8 +102,8 @@ def keep_labels(cls) -> None:
         current = getattr(cls, attribute, None)
         if isinstance(current, property) and not getattr(current.fget, "by_kind", False):
             kind = functools.partial(_labels_kind, attribute)
-            internals.replace_class_attribute(
-                cls, attribute, property(by_kind(current.fget, kind, _labels), current.fset, current.fdel, current.__doc__))
+            kept = property(by_kind(current.fget, kind, _labels), current.fset, current.fdel, current.__doc__)
+            internals.replace_class_attribute(cls, attribute, kept)
 
 
 def by_kind(compute, kind, cache: dict, shared: bool = False):

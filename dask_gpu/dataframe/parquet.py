@@ -132,7 +132,7 @@ def _read(pieces, columns, engine: str, storage_options):
 
     fs = url_to_fs(paths[0], **(storage_options or {}))[0]
     tables = []
-    for path, chosen in zip(paths, groups):
+    for path, chosen in zip(paths, groups, strict=True):
         with fs.open(path, "rb") as f:
             tables.append(pq.ParquetFile(f).read_row_groups(chosen, columns=columns, use_pandas_metadata=False))
     return pa.concat_tables(tables).replace_schema_metadata(None).to_pandas()  # as _empty(): see readable()

@@ -1,8 +1,9 @@
-"""How many partitions a dataset gets on GPU workers: even ones, about ``gpu.partition-size`` of a GPU each.
+"""What a partition of the ``gpu`` dataframe backend holds, and the GPU workers it is sized for.
 
-cuDF's guidance is a partition of 1/32 to 1/16 of the device's memory: large enough that each task
-keeps the GPU busy, small enough that a join or a sort of it fits beside the data. Partitions of
-equal size, as many as a multiple of the GPU workers, keep every GPU equally busy.
+A partition holds about ``gpu.partition-size`` of the smallest GPU worker's memory (default 1/32, cuDF's
+guidance of 1/32 to 1/16): large enough that each task keeps the GPU busy, small enough that a join or a sort of
+it fits beside the data. :mod:`.parquet` plans its reads in such partitions, as many as a multiple of the GPU
+workers where there are several.
 """
 
 from __future__ import annotations
