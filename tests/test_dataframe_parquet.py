@@ -222,3 +222,15 @@ def test_a_query_of_no_column_keeps_the_rows(data):
     (one,) = reads(ones)
     assert one.operand("columns") == []
     assert ones.cumsum().compute().tolist() == list(range(1, ROWS + 1))
+
+
+def test_a_read_travels_with_its_plan_and_without_its_footers(data):
+    import pickle
+
+    _, path = data
+    full = read(path, target=2_000_000)
+    expr = full.expr
+    assert expr.npartitions == 4 and len(expr._footers[0].row_groups) == 12
+    copy = pickle.loads(pickle.dumps(expr))
+    assert "_plan" in copy.__dict__ and "_footers" not in copy.__dict__ and "_fs" not in copy.__dict__
+    assert copy._name == expr._name and copy.npartitions == 4

@@ -171,6 +171,12 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
                  "storage_options": None, "_partitions": None}
     _absorb_projections = True
 
+    def __reduce__(self):
+        """As dask pickles an expression, with its cached properties but the filesystem and the footers: the
+        footers of a large table are far larger than its plan, and whoever takes the plan needs none."""
+        reconstruct, (*arguments, cached) = super().__reduce__()
+        return reconstruct, (*arguments, {k: v for k, v in cached.items() if k not in ("_fs", "_footers")})
+
     @functools.cached_property
     def _fs(self):
         from fsspec.core import url_to_fs
