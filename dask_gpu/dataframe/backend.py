@@ -49,7 +49,7 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
             df = _planned(path, **kwargs)
             if df is not None:
                 return df
-        return read(path, *args, blocksize=None if blocksize == "default" else blocksize, **kwargs)
+        return read(path, *args, blocksize=blocksize, **kwargs)  # dask-cudf's own sizing unless given
 
     @staticmethod
     def to_backend(data, **kwargs):
