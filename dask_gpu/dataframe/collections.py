@@ -1,4 +1,5 @@
-"""dask-gpu's dataframe collections: dask-cudf's, with ``optimize()`` that a later compute keeps as it is.
+"""dask-gpu's dataframe collections: dask-cudf's, with the planner's joins and sorts (:mod:`.planner`, put in
+place as dask makes the collection of each operation) and ``optimize()`` that a later compute keeps as it is.
 
 dask (2026.8) optimizes a collection again when it is computed, and its optimizer is not idempotent on a fused
 expression: an expression that is optimized already has its column projections pushed once more, which renames
