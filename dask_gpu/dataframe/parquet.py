@@ -207,7 +207,7 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         return (None,) * (len(self._plan) + 1)
 
     def _filtered_task(self, name, index: int):
-        from dask._task_spec import Task
+        from dask.task_spec import Task
 
         columns = self.operand("columns")
         if columns == []:  # no column, but the rows: read the narrowest, then none of it
