@@ -1,6 +1,7 @@
 """The keywords dask-gpu hands on to distributed unchanged, checked by table in this process before anything
 starts: each Nanny's and Worker's (``worker_keywords``, which every entry point calls) and a cluster's scheduler
-and SpecCluster's (``cluster_keywords``). Each value goes through its parser in :mod:`dask_gpu.parse`."""
+and SpecCluster's (``cluster_keywords``). Each value goes through its parser: :mod:`dask_gpu.parse`'s for
+sizes, durations, flags, addresses and the like, and the shape checks here for lists, mappings and counts."""
 
 from __future__ import annotations
 

@@ -343,13 +343,16 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
                                     timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
     except (ValueError, ImportError) as e:
         raise click.UsageError(str(e)) from None
-    if suite == "dataframe" and dataframe.stale(plan.data):
-        files = plan.data.files + plan.data.right_files
-        with _Bar(files, "writing data") as bar:
-            dataframe.generate(plan.data, log=bar.step)
-    if suite == "tpch" and tpch.data.stale(plan.path, plan.scale):
-        with _Bar(tpch.data.log_lines(plan.scale), "writing data") as bar:
-            tpch.data.generate(plan.path, plan.scale, log=bar.step)
+    try:
+        if suite == "dataframe" and dataframe.stale(plan.data):
+            files = plan.data.files + plan.data.right_files
+            with _Bar(files, "writing data") as bar:
+                dataframe.generate(plan.data, log=bar.step)
+        if suite == "tpch" and tpch.data.stale(plan.path, plan.scale):
+            with _Bar(tpch.data.log_lines(plan.scale), "writing data") as bar:
+                tpch.data.generate(plan.path, plan.scale, log=bar.step)
+    except OSError as e:  # a full disk, say: one line that says where
+        raise click.ClickException(str(e)) from None
     with _Bar(steps, "running") as bar:
         results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)
     click.echo(module.table(results))

@@ -1,9 +1,13 @@
-"""The one module of dask-gpu that touches private APIs of distributed, dask, cuDF and CuPy.
+"""The module of dask-gpu that touches private APIs of distributed, dask, cuDF and CuPy.
 
-The rule: every use of what these libraries keep to themselves (a private module or name, an
-undocumented attribute, cuDF's internals under ``cudf.core``) goes through here, so that a release of
-one of them that changes it breaks this file alone. Their public APIs (pylibcudf's ``plc.*``,
-``dask.task_spec``) are used directly, where they are needed.
+The rule: what these libraries keep to themselves (a private module or name, an undocumented attribute,
+cuDF's internals under ``cudf.core``) is reached through here, so that a release of one of them that
+changes it breaks this file. Their public APIs (pylibcudf's ``plc.*``, ``dask.task_spec``) are used
+directly, where they are needed. Two kinds of use stand outside it, each in the module whose job it is:
+dask-gpu's subclasses of dask's expressions (``dask_gpu.dataframe``) define and call the methods by which
+dask's optimizer asks an expression of itself (``_meta``, ``_simplify_up``, ``_lower``, ``_layer``), as
+dask-cudf's do; and the device shuffle's run (``dask_gpu.dataframe.shuffle``) takes over the members of
+distributed's ``ShuffleRun`` that it overrides.
 
 It stands on the ground floor: it imports nothing of dask-gpu, and nothing of these libraries until a
 caller uses a name, so that ``import dask_gpu`` works without cuDF and imports no private module

@@ -1,7 +1,9 @@
 """Worker and cluster options: frozen dataclasses, each resolved once, defaults < dask config < keywords/CLI.
 
-Every value is parsed and checked here, once, by :mod:`dask_gpu.parse`, with errors that name the bad value;
-the spec builder, the cluster, CUDAWorker and the CLI only read the result.
+The options are resolved and checked here, once, with errors that name the bad value: most values by
+:mod:`dask_gpu.parse`, devices by :mod:`dask_gpu.devices`, allocators by :mod:`dask_gpu.memory.allocator`, UCX
+by :mod:`dask_gpu.ucx`. The spec builder, the cluster and CUDAWorker read the result; the CLI parses its own
+durations and the compat ``dask_gpu.cuda.worker_spec`` resolves its keywords its own way.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ from dask.utils import parse_timedelta
 
 logger = logging.getLogger("dask_gpu")
 POLL = 0.1  # seconds between looks at a scheduler file that is not there yet
+# seconds a scheduler file may stay there and unreadable as a scheduler's before it is reported, whatever the
+# time allowed: longer than a scheduler takes to write one
+SETTLE = 1.0
 
 
 class SchedulerError(RuntimeError):
@@ -49,13 +52,18 @@ def bound(death_timeout=None) -> tuple[float, str]:
 
 async def address_from_file(path: str, timeout: float, why: str) -> str:
     """The address in the scheduler file at ``path``, waiting up to ``timeout`` s for it to appear and hold one."""
-    deadline = time.monotonic() + timeout
-    problem, said = "does not exist", False
+    start = time.monotonic()
+    deadline, wrong_since, said = start + timeout, None, False
     while True:
         problem, address = _read(path)
         if address:
             return address
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        wrong_since = None if problem == "does not exist" else (wrong_since or now)
+        if wrong_since is not None and now - wrong_since >= min(SETTLE, timeout):
+            raise SchedulerError(f"no scheduler: the scheduler file {path} {problem} after {now - start:.0f} s: it "
+                                 f"is there, and is no file that dask scheduler --scheduler-file {path} writes")
+        if now >= deadline:
             raise SchedulerError(f"no scheduler: the scheduler file {path} {problem} after {timeout:g} s ({why}); "
                                  f"start the scheduler with dask scheduler --scheduler-file {path}")
         if not said:

@@ -196,6 +196,8 @@ CLI = [
     ([*W, "--resources", "GPU=0"], r"resources: GPU=0, but each GPU worker holds one GPU"),
     ([*W, "--host", "256.0.0.1"], r"host='256.0.0.1' is not an address of this machine"),
     (["bench", "--json", "/proc/results.json"], r"--json /proc/results.json: cannot be written here"),
+    (["bench", "--suite", "tpch", "--data", "/proc/tpch"], r"--data /proc/tpch cannot be made \(.*\); give a directory"),
+    (["bench", "--suite", "tpch", "--scale", "1e9"], r"--scale must be a scale factor above 0 and at most 10,000"),
     ([*W, "--scheduler-file", HERE], r"give the scheduler's address .* or scheduler_file .*not both"),
     ([*W, "--device-memory-limit", "150%"], r"device_memory_limit='150%': a percentage must be between 0 and 100"),
     ([*W, "--resources", "MEM"], r"resource 'MEM' must look like NAME=AMOUNT"),
@@ -279,6 +281,8 @@ PROCESSES = [
      r"the scheduler file .*/missing.json does not exist after 2 s \(distributed.comm.timeouts.connect", 2),
     (["gpu", "worker", "--scheduler-file", "{tmp}/garbage.json", "--death-timeout", "1"], {}, 1,
      r"the scheduler file .*/garbage.json is not JSON", 1),
+    (["gpu", "worker", "--scheduler-file", "{tmp}/garbage.json"], {}, 1,  # not the connect timeout's 30 s
+     r"the scheduler file .*/garbage.json is not JSON .* after 1 s: it is there, and is no file that", 1),
     (["gpu", "worker", "--scheduler-file", f"{NOWHERE}/s.json"], {}, 2, rf"its directory '{NOWHERE}' does not exist",
      0),
     (["gpu", "config", "--scheduler-file", "{tmp}/missing.json", "--timeout", "1"], {}, 1,

@@ -69,6 +69,21 @@ def test_steps_made_side_by_side_hold_the_rows_of_one_step(tables, tmp_path, mon
                                       whole.sort_values(key).reset_index(drop=True))
 
 
+def test_a_full_disk_while_writing_the_data_is_one_line_that_says_where(tmp_path, monkeypatch):
+    import duckdb
+
+    def full(*args):
+        raise duckdb.IOException("IO Error: Could not write file: No space left on device")
+
+    monkeypatch.setattr(data, "_write", full)
+    result = CliRunner().invoke(gpu, ["bench", "--suite", "tpch", "--data", str(tmp_path), "--engines", "duckdb"])
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 1 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    assert f"writing the TPC-H data under {tmp_path} failed (IO Error: Could not write file: No space left on " \
+           "device); free space there or give --data another directory" in errors[0]
+    assert data.stale(str(tmp_path), SCALE)  # nothing half-written is taken for the data
+
+
 def test_query_11_keeps_the_specification_s_fraction():
     con = data.connect()
     assert "0.001" in data.sql(con, 11, 0.1) and "0.0001000000" in con.execute(

@@ -72,7 +72,7 @@ DASK_CUDA_NAMES = {
         "get_cpu_count", "get_gpu_uuid", "has_device_memory_resource", "nvml_device_index", "cuda_visible_devices",
         "parse_device_memory_limit", "parse_device_bytes", "parse_cuda_visible_device", "unpack_bitmask",
         "get_ucx_config", "get_worker_config", "get_cluster_configuration", "print_cluster_config",
-        "wait_workers", "all_to_all",
+        "wait_workers", "all_to_all", "nvtx_annotate",
     ],
 }
 needs_rmm = pytest.mark.skipif(find_spec("rmm") is None, reason="needs the rmm package (pip install rmm-cu13)")
@@ -520,6 +520,29 @@ def test_the_compat_names_are_dask_gpu_s_own():
     assert utils.print_cluster_config is report.print_cluster_config
     with pytest.raises(AttributeError, match="get_rmm_log_file_name has no dask-gpu equivalent: dask-gpu names"):
         utils.get_rmm_log_file_name  # noqa: B018
+
+
+def test_nvtx_annotate_marks_nothing_without_nvtx_and_keeps_the_code_running(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvtx", None)
+    from dask_gpu.cuda.utils import nvtx_annotate
+
+    @nvtx_annotate("step", color="green")
+    def step(x):
+        return x + 1
+
+    @nvtx_annotate
+    def bare(x):
+        return x * 2
+
+    with nvtx_annotate("block"):
+        assert step(1) == 2 and bare(2) == 4
+
+
+def test_explicit_comms_says_what_to_write_instead():
+    sys.modules.pop("dask_gpu.cuda.explicit_comms", None)
+    with pytest.raises(ImportError, match=r"dask_cuda.explicit_comms has no dask-gpu equivalent: .*write "
+                                          r"df.shuffle\(on=...\) where dask-cuda code calls explicit_comms' shuffle"):
+        import dask_gpu.cuda.explicit_comms  # noqa: F401
 
 
 def test_import_dask_gpu_cuda_without_optional_libraries():

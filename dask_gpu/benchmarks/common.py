@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import time
 from importlib.util import find_spec
 
@@ -16,6 +17,20 @@ from dask_gpu.report import table as text_table
 TIMEOUT = 900  # seconds a run on a cluster may take before it is cancelled and reported as failed
 NO_DASK_CUDA = "dask-cuda is not installed: no comparison columns"
 _NAMES = {"cupy": "CuPy", "cudf": "cuDF"}
+
+
+def data_directory(path: str) -> None:
+    """``path`` made where it is not there, then checked to be a directory this user can write in: a ValueError
+    that names it otherwise, before a suite writes its data there."""
+    if os.path.isfile(path):
+        raise ValueError(f"--data {path} is a file; give a directory for the parquet data")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--data {path} cannot be made ({e.strerror}); give a directory this user can write in") \
+            from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--data {path} is not writable; give a directory this user can write in")
 
 
 def check_options(names, known, compare, protocol, repeat, timeout) -> None:

@@ -29,7 +29,8 @@ from typing import Callable
 import dask
 import numpy as np
 
-from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
+                                        default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -104,15 +105,7 @@ def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=
     if rows < 1:
         raise ValueError(f"--rows must be at least 1, not {rows}")
     data = data or os.path.join(tempfile.gettempdir(), f"dask-gpu-bench-{rows}")
-    if os.path.isfile(data):
-        raise ValueError(f"--data {data} is a file; give a directory for the parquet data")
-    try:
-        os.makedirs(data, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--data {data} cannot be made ({e.strerror}); give a directory this user can write in") \
-            from None
-    if not os.access(data, os.W_OK | os.X_OK):
-        raise ValueError(f"--data {data} is not writable; give a directory this user can write in")
+    data_directory(data)
     names, cols, timeout = tuple(workloads or WORKLOADS), columns(compare, gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
     check_options(names, WORKLOADS, compare, protocol, repeat, timeout)

@@ -1,7 +1,8 @@
 """``dask_cuda.utils``: each name maps onto dask-gpu's devices (NVML and simulated devices, MIG, CPU affinity),
-options (sizes and limits), ucx and report modules; ``wait_workers`` and ``all_to_all`` live here. Devices
+options (sizes and limits), ucx and report modules; ``wait_workers``, ``all_to_all`` and ``nvtx_annotate`` live here. Devices
 are named as in ``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID prefix."""
 
+import contextlib
 import os
 from multiprocessing import cpu_count as get_cpu_count
 
@@ -18,7 +19,7 @@ __all__ = [
     "_all_to_all", "all_to_all", "cuda_visible_devices", "get_cluster_configuration", "get_cpu_affinity",
     "get_cpu_count", "get_device_total_memory", "get_gpu_count", "get_gpu_count_mig", "get_gpu_uuid", "get_n_gpus",
     "get_gpu_handle", "get_preload_options", "get_ucx_config", "get_worker_config", "has_device_memory_resource",
-    "nvml_device_index",
+    "nvml_device_index", "nvtx_annotate",
     "parse_cuda_visible_device", "parse_device_bytes", "parse_device_memory_limit", "print_cluster_config",
     "unpack_bitmask", "wait_workers",
 ]
@@ -128,12 +129,31 @@ def _index(token: str):
     return int(token) if token.isdigit() else token
 
 
+def nvtx_annotate(message=None, color="blue", domain=None):
+    """NVTX's ``annotate`` (a range in Nsight's timeline, as a decorator or a ``with`` block) where the nvtx
+    package is installed; one that marks nothing where it is not."""
+    try:
+        from nvtx import annotate
+    except ImportError:
+        return _Unmarked() if message is None or isinstance(message, str) else message  # @nvtx_annotate bare
+    return annotate(message, color=color, domain=domain)
+
+
+class _Unmarked(contextlib.ContextDecorator):
+    """A ``with`` block or a decorator that does nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 __getattr__ = absent("utils", {
     "get_rmm_log_file_name": "dask-gpu names RMM logs rmm-<host>-<pid>.csv in rmm_log_directory",
     "get_scheduler_configuration": "dask_gpu.report.cluster_dict(client) (get_cluster_configuration here)",
     "get_rmm_device_memory_usage": "dask_gpu.memory_stats(client) reports each worker's device bytes",
     "CommaSeparatedChoice": "a click type of dask-cuda's command line",
-    "nvtx_annotate": "use nvtx.annotate",
     **dict.fromkeys(("pretty_print", "pretty_print_str", "pretty_print_dict"), "print_cluster_config prints the "
                     "table; dask_gpu.report.cluster_text formats it"),
 })

@@ -84,9 +84,28 @@ def parallel_steps(count: int) -> int:
 
 def generate(path: str, scale: float, log=None) -> bool:
     """Writes the tables of scale factor ``scale`` under ``path`` unless they are there; True where it wrote.
-    Larger scale factors are generated in steps, side by side (:func:`parallel_steps`)."""
+    Larger scale factors are generated in steps, side by side (:func:`parallel_steps`). An OSError that says
+    where and why where writing fails (a full disk, say)."""
     if not stale(path, scale):
         return False
+    try:
+        _generate(path, scale, log)
+    except Exception as e:
+        if not _written_wrong(e):
+            raise
+        raise OSError(f"writing the TPC-H data under {path} failed ({str(e).strip().splitlines()[0]}); free space "
+                      "there or give --data another directory") from None
+    return True
+
+
+def _written_wrong(error: Exception) -> bool:
+    """Whether ``error`` is a failure to write files: the system's, or DuckDB's."""
+    import duckdb
+
+    return isinstance(error, (OSError, duckdb.IOException))
+
+
+def _generate(path: str, scale: float, log=None) -> None:
     os.makedirs(path, exist_ok=True)
     marker = os.path.join(path, "manifest.json")
     if os.path.exists(marker):
@@ -111,7 +130,6 @@ def generate(path: str, scale: float, log=None) -> bool:
                     log(f"wrote every table (step {step + 1} of {count}, {at_once} at once)")
     with open(marker, "w") as f:
         json.dump(manifest(scale), f)
-    return True
 
 
 def _step(path: str, scale: float, step: int, count: int, threads: int | None, log=None) -> None:

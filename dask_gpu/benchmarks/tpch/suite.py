@@ -20,14 +20,15 @@ from importlib.util import find_spec
 
 import dask
 
-from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, default_protocol, error_text,
-                                        gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        startup_lines)
+from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
+                                        default_protocol, error_text, gpu_client, gpu_columns, gpu_counts, gpu_notes,
+                                        run_columns, runs_table, startup_lines)
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
 from dask_gpu.report import machine_dict
 
 SIZES = {"small": 0.01, "full": 10.0}
+MAX_SCALE = 10_000  # the largest scale factor dbgen makes
 GPU_LIBRARIES = ("cupy", "cudf")
 WORKLOADS = {f"q{n}": f"TPC-H query {n}" for n in data.QUERIES}
 ENGINES = {"duckdb": "duckdb", "polars": "polars", "pandas": "cpu", "dask-gpu": "gpu", "dask-cuda": "dask-cuda",
@@ -59,11 +60,12 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
     if size not in SIZES:
         raise ValueError(f"--size {size}: the tpch suite has {' and '.join(SIZES)}")
     scale = SIZES[size] if scale is None else float(scale)
-    if not 0 < scale <= 10_000:
-        raise ValueError(f"--scale must be a scale factor above 0 (1 is about 1 GB of data), not {scale}")
+    if not 0 < scale <= MAX_SCALE:
+        raise ValueError(f"--scale must be a scale factor above 0 and at most {MAX_SCALE:,} (1 is about 1 GB of data), "
+                         f"not {scale:g}")
     path = path or os.path.join(tempfile.gettempdir(), f"dask-gpu-tpch-sf{scale:g}")
-    if os.path.isfile(path):
-        raise ValueError(f"--data {path} is a file; give a directory for the parquet data")
+    if data.stale(path, scale):  # data to write: there, now
+        data_directory(path)
     names, timeout = tuple(workloads or WORKLOADS), timeout or TIMEOUT
     kinds = _kinds(engines)
     if kinds and "dask-cuda" in kinds:
