@@ -1,6 +1,7 @@
 """``dask_cuda.utils``: each name maps onto dask-gpu's devices (NVML and simulated devices, MIG, CPU affinity),
-options (sizes and limits), ucx and report modules; ``wait_workers``, ``all_to_all`` and ``nvtx_annotate`` live here. Devices
-are named as in ``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID prefix."""
+options (sizes and limits), ucx and report modules; ``wait_workers``, ``all_to_all`` and ``nvtx_annotate`` live
+here. Devices are named as in ``CUDA_VISIBLE_DEVICES``: an index (0 or "0"), a ``GPU-``/``MIG-`` UUID, or a UUID
+prefix."""
 
 import contextlib
 import os
