@@ -105,6 +105,11 @@ class CUDAWorker:
             address = await reach.address_from_file(self.scheduler_file, timeout, why)
         security = (self.specs[0]["options"].get("security") if self.specs else None) or Security()
         await reach.reach(address, timeout, why, security.get_connection_args("worker"))
+        names = [spec["options"]["name"] for spec in self.specs]
+        taken = await reach.names_taken(address, names, timeout, security.get_connection_args("worker"))
+        if taken:  # before any Nanny starts: the scheduler would refuse them, each with its traces
+            raise reach.SchedulerError(f"workers failed: the scheduler at {address} has workers named "
+                                       f"{', '.join(taken)} already; give these another --name")
         return address
 
     def __await__(self):

@@ -108,6 +108,16 @@ async def reach(address: str, timeout: float, why: str, connection_args: dict) -
     await comm.close()
 
 
+async def names_taken(address: str, names, timeout: float, connection_args: dict) -> list:
+    """Those of ``names`` that workers of the scheduler at ``address`` have already."""
+    from distributed.core import rpc
+
+    async with rpc(address, timeout=timeout, connection_args=connection_args) as scheduler:
+        identity = await scheduler.identity(n_workers=-1)
+    have = {str(worker.get("name")) for worker in identity.get("workers", {}).values()}
+    return [name for name in names if str(name) in have]
+
+
 def no_tls(address: str, connection_args: dict) -> str | None:
     """What to give where a TLS scheduler is to be reached without TLS credentials; else None."""
     if str(address).startswith("tls://") and connection_args.get("ssl_context") is None:

@@ -428,6 +428,28 @@ def test_a_worker_name_taken_says_to_give_another():
     assert "name taken, node-gpu-0" in line and line.endswith("another worker has that name; give these another --name")
 
 
+def test_a_worker_name_taken_is_one_line_before_any_nanny_starts():
+    """A second ``dask gpu worker --name node`` beside a first: refused before its nannies start, in one line,
+    with no trace (the scheduler would refuse each of them, with its traces)."""
+    from distributed import Client, LocalCluster
+
+    env = {**os.environ, "DASK_GPU__SIMULATE": "1"}
+    with LocalCluster(n_workers=0, dashboard_address=":0") as cluster, Client(cluster) as client:
+        argv = [sys.executable, "-m", "dask", "gpu", "worker", cluster.scheduler_address, "--name", "node",
+                "--no-dashboard"]
+        first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client.wait_for_workers(1, timeout=60)
+            second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        finally:
+            first.send_signal(signal.SIGTERM)
+            first.wait(30)
+    assert second.returncode == 1, second.stderr
+    assert f"the scheduler at {cluster.scheduler_address} has workers named node-gpu-0 already; give these " \
+           "another --name" in second.stderr
+    assert "Traceback" not in second.stderr and len(second.stderr.strip().splitlines()) <= 3, second.stderr
+
+
 def test_an_address_that_answers_but_not_as_a_scheduler_is_named_so():
     import socket
     import threading
