@@ -122,7 +122,7 @@ def by_kind(compute, kind, cache: dict, shared: bool = False):
         if found is None:
             found = compute(self)
             if not (_frame_like(found) or isinstance(found, _STAMPS + _VALUES)):
-                return found  # no copy of its own to be had: not kept
+                return found  # neither a frame nor a scalar: not kept
             if len(cache) >= LIMIT:
                 cache.clear()
             cache[key] = found

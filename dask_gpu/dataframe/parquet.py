@@ -76,10 +76,15 @@ def read_parquet(path, columns=None, *, engine: str, partition_bytes: int, gpus:
     return df[columns] if series else df
 
 
-def plan(groups, columns, filters, target: int, gpus: int, share: float) -> tuple:
-    """The partitions of reading ``columns`` of ``groups`` (row groups, in order) under ``filters``, which keep
-    ``share`` of the rows: each a tuple of ``(path, row group indices)``, contiguous runs of the row groups."""
-    wanted = [g for g in groups if g.rows and footers.might_match(g, filters)] or list(groups[:1])
+def candidates(groups, filters) -> list:
+    """The row groups (in order) with rows that may pass ``filters``; the first of all where none may."""
+    return [g for g in groups if g.rows and footers.might_match(g, filters)] or list(groups[:1])
+
+
+def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tuple:
+    """The partitions of reading ``columns`` of ``wanted`` (row groups, in order, as :func:`candidates` picks them)
+    under ``filters``, which keep ``share`` of the rows: each a tuple of ``(path, row group indices)``, contiguous
+    runs of the row groups."""
     read = set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
     weights = [max(g.nbytes(columns) * share, g.nbytes(read) / READ_FACTOR) for g in wanted]
     count = max(1, math.ceil(sum(weights) / target))
@@ -198,9 +203,8 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
 
     @functools.cached_property
     def _plan(self) -> tuple:
-        groups = [g for f in self._footers for g in f.row_groups]
-        share = footers.selectivity(self._fs, [g for g in groups if footers.might_match(g, self.filters)],
-                                    self.filters)
+        groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
+        share = footers.selectivity(self._fs, groups, self.filters)
         return plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
 
     def _divisions(self):
