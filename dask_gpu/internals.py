@@ -190,6 +190,15 @@ def restore_class_attributes() -> None:
 
 # --- dask's dataframe expressions ------------------------------------------------------------
 
+def expression_as(expr, cls):
+    """``expr`` as an expression of class ``cls``: the same operands under the same name, with what it has
+    computed (as dask rebuilds an expression it unpickles)."""
+    from dask._expr import Expr
+
+    computed = {k: v for k, v in vars(expr).items() if k not in ("operands", "_determ_token")}
+    return Expr._reconstruct(cls, *expr.operands, expr.deterministic_token, computed)
+
+
 def isin_values(isin):
     """The values of dask's ``Isin`` expression (held in a delayed object of its own), or None."""
     obj = getattr(isin.operand("values"), "obj", None)

@@ -65,8 +65,8 @@ def pandas_reader(monkeypatch):
 
 @pytest.fixture
 def planned_pandas():
-    """dask-gpu's collections for pandas frames, series and indexes (as the ``gpu`` backend has them for cuDF's),
-    for the rest of the test; dask's own afterwards."""
+    """dask-gpu's collections for pandas frames, series and indexes, and for scalars (as the ``gpu`` backend has
+    them for cuDF's), for the rest of the test; dask's own afterwards."""
     import dask.dataframe as dd
     import pandas as pd
     from dask.dataframe import get_collection_type
@@ -74,10 +74,11 @@ def planned_pandas():
     from dask_gpu.dataframe import collections
 
     pairs = ((pd.DataFrame, dd.DataFrame), (pd.Series, dd.Series), (pd.Index, dd.Index))
-    dasks = {frame: get_collection_type.dispatch(frame) for frame, _ in pairs}
+    dasks = {frame: get_collection_type.dispatch(frame) for frame, _ in pairs + ((object, None),)}
     for frame, collection in pairs:
         ours = collections.collection_of(collection)
         get_collection_type.register(frame, lambda _, ours=ours: ours)
+    collections.register_scalars()
     yield
     for frame, theirs in dasks.items():
         get_collection_type.register(frame, theirs)

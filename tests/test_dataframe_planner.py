@@ -68,3 +68,54 @@ def test_an_optimized_collection_computes_as_it_was_optimized(planned_pandas, fr
         pd.testing.assert_frame_equal(optimized.compute(), result.compute())
         pd.testing.assert_frame_equal(optimized.persist().compute(), result.compute())
     assert "Fused" in optimized.expr.tree_repr() or optimized.npartitions == 1
+
+
+class Recording:
+    """A scheduler that counts the tasks of each graph it is given, and computes them as dask's own does."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def __call__(self, graph, keys, **kwargs):
+        self.tasks.append(len(dict(graph.__dask_graph__())))
+        return dask.get(graph, keys, **kwargs)
+
+
+def test_computing_fuses_the_tasks_as_optimize_does(planned_pandas, frames):
+    """dask computes an expression optimized without fusion: each selection, filter and arithmetic of a partition
+    is a task of its own. Through compute(), dask.compute and a scalar's compute, the graph is the fused one."""
+    big, _ = frames
+    df = dd.from_pandas(big, npartitions=3)
+    rows = ((df.x + 1) * 2)[df.k > 10]
+    total = rows.sum()
+    fused, unfused = (len(dict(rows.optimize(fuse=fuse).__dask_graph__())) for fuse in (True, False))
+    assert fused < unfused
+    scheduler = Recording()
+    got = rows.compute(scheduler=scheduler)
+    (got_too, got_total), = [dask.compute(rows, total, scheduler=scheduler)]
+    assert scheduler.tasks[0] <= fused + 1  # and a task that concatenates the partitions
+    want = ((big.x + 1) * 2)[big.k > 10]
+    pd.testing.assert_series_equal(got, want)
+    pd.testing.assert_series_equal(got_too, want)
+    assert got_total == pytest.approx(want.sum())
+    assert scheduler.tasks[1] < len(dict(total.optimize(fuse=False).__dask_graph__())) + unfused
+
+
+def test_a_collection_s_expression_pickles_as_dask_s_own_under_its_name(planned_pandas, frames):
+    import pickle
+    import subprocess
+    import sys
+
+    big, _ = frames
+    expr = (dd.from_pandas(big, npartitions=2).x + 1).expr
+    assert isinstance(expr, collections.Fusing)
+    again = pickle.loads(pickle.dumps(expr))
+    assert type(again) is expr._dask_class and again._name == expr._name
+    kind = type(expr)
+    assert pickle.loads(pickle.dumps(kind)) is kind and getattr(collections, kind.__qualname__) is kind
+    other = subprocess.run([sys.executable, "-c", "import pickle, sys; kind = pickle.loads(sys.stdin.buffer.read()); "
+                            "print(kind.__name__, kind._dask_class.__module__)"],
+                           input=pickle.dumps(kind), capture_output=True, check=True)
+    assert other.stdout.decode().split() == [kind.__name__, kind._dask_class.__module__]
+    with pytest.raises(AttributeError):
+        collections.Fusing_nothing  # noqa: B018

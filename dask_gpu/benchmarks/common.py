@@ -99,8 +99,9 @@ def why_no_gpus(libraries=("cupy",), find=find_spec) -> str:
 
 
 def default_protocol(columns) -> str:
-    """UCX for several GPUs where distributed-ucxx is installed: GPU to GPU over NVLink, not sockets."""
-    several = any(kind not in ("cpu", "cudf") and count > 1 for _, kind, count in columns)
+    """UCX for a cluster of several GPU workers where distributed-ucxx is installed: GPU to GPU over NVLink, not
+    sockets. TCP otherwise: between a client, a scheduler and one worker, it answers sooner."""
+    several = any(kind in ("gpu", "dask-cuda") and count > 1 for _, kind, count in columns)
     return "ucx" if several and find_spec("distributed_ucxx") else "tcp"
 
 
