@@ -17,6 +17,7 @@ from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import devices, parse
+from dask_gpu.dataframe import start
 from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
 from dask_gpu.memory.collector import collector_paused
@@ -160,6 +161,9 @@ class LocalCUDACluster(SpecCluster):
             n_workers = parse.count(n_workers, "n_workers")
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers, minimum=0 if options.cpu_workers else 1)  # as dask-cuda: at least one worker
+        self._warming = None
+        if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
+            self._warming = start.warm_client()  # the client's dask-cudf, while the workers start
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
@@ -211,6 +215,8 @@ class LocalCUDACluster(SpecCluster):
 
     async def _close(self):
         await super()._close()
+        if self._warming is not None:  # not torn down with the interpreter half way through an import
+            await asyncio.get_running_loop().run_in_executor(None, self._warming.join, 60)
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()
             self._undo_cudf_spill = None

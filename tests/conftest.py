@@ -58,7 +58,7 @@ def pandas_reader(monkeypatch):
         with dask.config.set({"dataframe.backend": "pandas"}):
             return dd.read_parquet(*args, **kwargs)
 
-    monkeypatch.setattr(backend, "_cudf", lambda: types.SimpleNamespace(read_parquet=read_parquet))
+    monkeypatch.setattr(backend, "cudf_backend", lambda: types.SimpleNamespace(read_parquet=read_parquet))
     monkeypatch.setattr(backend, "ENGINE", "pandas")
     return given
 

@@ -119,7 +119,8 @@ def test_the_protocol_is_ucx_for_several_gpus_where_distributed_ucxx_is_installe
     monkeypatch.setattr(common, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
     assert seed.default_protocol(two) == "ucx"
     assert seed.default_protocol(one) == "tcp"  # nothing moves between GPUs
-    engines = [("DuckDB, 16 cores", "duckdb", 16), ("dask-gpu, 1 GPU", "gpu", 1), ("cudf-polars, 1 GPU", "cudf-polars", 1)]
+    engines = [("DuckDB, 16 cores", "duckdb", 16), ("dask-gpu, 1 GPU", "gpu", 1),
+               ("cudf-polars, 1 GPU", "cudf-polars", 1)]
     assert seed.default_protocol(engines) == "tcp"  # the cores of an engine of one process are no workers
 
 

@@ -313,3 +313,23 @@ def test_a_script_that_starts_a_cluster_without_the_main_guard_is_told_so_in_one
                     "; each worker process imports the script again: put the code that starts the cluster under "
                     "that guard")
     assert "Nanny" not in done.stderr and len(done.stderr.splitlines()) < 15  # it was 198 lines, 12 tracebacks
+
+
+def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_as_it_closes(simulate, monkeypatch):
+    from dask_gpu.dataframe import start
+
+    class Warming:  # a thread that is joined
+        joined = []
+
+        def join(self, timeout=None):
+            self.joined.append(timeout)
+
+    simulate(1)
+    monkeypatch.setattr(start, "wanted", lambda simulated: True)
+    monkeypatch.setattr(start, "warm_client", Warming)
+    with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
+        assert isinstance(cluster._warming, Warming) and not Warming.joined
+    assert Warming.joined == [60]
+    monkeypatch.setattr(start, "wanted", lambda simulated: False)
+    with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
+        assert cluster._warming is None

@@ -156,6 +156,18 @@ def test_a_blockwise_meta_is_dask_s_and_is_computed_once_per_kind(by_kind):
     assert again._name != filtered._name and again._meta is filtered._meta and len(meta._computed) == kinds > 0
 
 
+def test_an_isin_s_meta_is_kept_by_its_frame_whatever_the_values(by_kind):
+    df = dd.from_pandas(typed(), npartitions=2)
+    first = df.g.isin(["a"])
+    assert_same_meta(first._meta, computed(first.expr))
+    kinds = len(meta._computed)
+    other_values = df.g.isin(["b", "c"])
+    assert other_values._meta is first._meta and len(meta._computed) == kinds
+    other_column = df.k.isin([1, 7])
+    assert_same_meta(other_column._meta, computed(other_column.expr))
+    assert len(meta._computed) > kinds
+
+
 def test_kinds_tell_apart_what_shapes_a_meta():
     frame = typed()
     kinds = {meta.meta_kind(m) for m in [
@@ -197,6 +209,29 @@ def test_workers_warm_cudf_where_their_partitions_will_be_cudf(monkeypatch, back
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: object() if installed else None)
     with dask.config.set({"dataframe.backend": backend}):
         assert start.wanted(simulated) is want
+
+
+def test_a_client_warms_its_dask_cudf_in_a_thread_and_a_failure_is_left_to_its_first_call(monkeypatch):
+    import sys
+    import threading
+    import types
+
+    from dask_gpu.dataframe import backend
+
+    made = []
+    monkeypatch.setattr(backend, "cudf_backend", lambda: made.append(threading.current_thread().name))
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(DataFrame=lambda data: made.append(data)))
+    start.warm_client().join(10)
+    assert made == ["dask-gpu-warm-cudf", {"warm": [0]}]
+
+    def missing():
+        raise ImportError("no dask-cudf here")
+
+    monkeypatch.setattr(backend, "cudf_backend", missing)
+    thread = start.warm_client()
+    thread.join(10)
+    assert not thread.is_alive()
+
 
 
 class Labels:

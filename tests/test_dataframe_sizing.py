@@ -45,7 +45,7 @@ def test_the_gpu_backend_is_known_and_says_what_it_needs(monkeypatch):
     assert isinstance(dataframe_creation_dispatch.dispatch("gpu"), GPUBackendEntrypoint)
     for name in ("dask_cudf", "dask_cudf.backends"):  # not installed (though a GPU machine may have imported it)
         monkeypatch.setitem(sys.modules, name, None)
-    backend._cudf.cache_clear()
+    backend.cudf_backend.cache_clear()
     with dask.config.set({"dataframe.backend": "gpu"}):
         with pytest.raises(ImportError, match="the 'gpu' dataframe backend needs cuDF and dask-cudf"):
             dd.from_dict({"a": [1, 2]}, npartitions=1)

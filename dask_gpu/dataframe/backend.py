@@ -20,7 +20,8 @@ ENGINE = "cudf"  # the library of the partitions that this backend's parquet rea
 
 
 @functools.cache  # a failed import is not kept: it is tried again
-def _cudf():
+def cudf_backend():
+    """dask-cudf's backend, with dask-gpu's metas and collections for cuDF in place (imported at the first call)."""
     try:
         from dask_cudf.backends import CudfBackendEntrypoint
     except ImportError as e:
@@ -44,7 +45,7 @@ def _planned(path, columns=None, storage_options=None):
 class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
     @staticmethod
     def read_parquet(path, *args, blocksize="default", **kwargs):
-        read = _cudf().read_parquet
+        read = cudf_backend().read_parquet
         if blocksize == "default" and not args and set(kwargs) <= {"columns", "storage_options"}:
             df = _planned(path, **kwargs)
             if df is not None:
@@ -53,20 +54,20 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
 
     @staticmethod
     def to_backend(data, **kwargs):
-        return _cudf().to_backend(data, **kwargs)
+        return cudf_backend().to_backend(data, **kwargs)
 
     @staticmethod
     def from_dict(data, npartitions, **kwargs):
-        return _cudf().from_dict(data, npartitions, **kwargs)
+        return cudf_backend().from_dict(data, npartitions, **kwargs)
 
     @staticmethod
     def read_csv(*args, **kwargs):
-        return _cudf().read_csv(*args, **kwargs)
+        return cudf_backend().read_csv(*args, **kwargs)
 
     @staticmethod
     def read_json(*args, **kwargs):
-        return _cudf().read_json(*args, **kwargs)
+        return cudf_backend().read_json(*args, **kwargs)
 
     @staticmethod
     def read_orc(*args, **kwargs):
-        return _cudf().read_orc(*args, **kwargs)
+        return cudf_backend().read_orc(*args, **kwargs)

@@ -90,12 +90,18 @@ def fusing(cls: type) -> type:
     The class is pickled by its name in this module, which :func:`__getattr__` makes again in any process: dask
     tokenizes a class by pickling it, and a task may hold a method of the class."""
     name = ":".join(("Fusing", cls.__module__, cls.__qualname__)).replace(".", ":")
-    return type(cls.__name__, (Fusing, cls), {"__module__": __name__, "__qualname__": name, "_dask_class": cls,
-                                              "_instances": weakref.WeakValueDictionary()})
+    made = _fusing[name] = type(cls.__name__, (Fusing, cls), {
+        "__module__": __name__, "__qualname__": name, "_dask_class": cls, "_instances": weakref.WeakValueDictionary()})
+    return made
+
+
+_fusing: dict = {}  # name -> a class that fusing() made
 
 
 def __getattr__(name: str):
     """The class :func:`fusing` names ``name``, made for its dask class."""
+    if name in _fusing:
+        return _fusing[name]
     kind, *path = name.split(":")
     if kind != "Fusing" or len(path) < 2:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,6 +47,10 @@ _kinds: dict = {}  # id of a meta -> (the meta, its kind)
 # subclasses that compute their own
 BLOCKWISE = ("Blockwise", "Projection", "Assign", "Isin", "AsType", "Index")
 
+# the operands that the metas of these expressions take, where not all of them: an isin's meta is its frame's
+# shape in booleans, whatever the values (held in a delayed object, which has no kind)
+META_OPERANDS = {"Isin": ("frame",)}
+
 # operands that are their own kind, with their type (1, 1.0 and True are equal, and give other metas)
 _VALUES = (str, bytes, int, float, complex, type(None), enum.Enum)
 # operands whose repr and unit say all: NumPy scalars, dates, times and durations (pandas' among them)
@@ -157,7 +161,9 @@ def _frame_like(value) -> bool:
 
 
 def _operands_kind(attribute: str, expr) -> tuple:
-    return type(expr), attribute, tuple(_operand_kind(operand) for operand in expr.operands)
+    names = META_OPERANDS.get(type(expr).__name__)
+    operands = expr.operands if names is None else [expr.operand(name) for name in names]
+    return type(expr), attribute, tuple(_operand_kind(operand) for operand in operands)
 
 
 def _operand_kind(operand):
