@@ -5,9 +5,9 @@ computing that fuses tasks as ``optimize()`` does.
 dask (2026.8) computes a collection (``compute()``, ``dask.compute``, a client's ``compute``) as the expression's
 ``finalize_compute`` makes it, optimized without fusion: each selection, filter and arithmetic on a partition is a
 task of its own, which the scheduler and the worker pass one by one (the plain TPC-H query 1 is 23 tasks, fused 3;
-the 22 queries on one worker took 5.7 s for 4.0 s fused, at scale factor 0.1 on pandas). ``optimize()`` and
-``persist()`` fuse. The expression at the root of each of these collections is :class:`Fusing`: computing it
-optimizes it with fusion first.
+the 22 queries at scale factor 10 took 8.77 s on an H200, fused 6.92 s). ``optimize()`` and ``persist()`` fuse.
+The expression at the root of each of these collections is :class:`Fusing`: computing it optimizes it with fusion
+first.
 
 dask (2026.8) optimizes a collection again when it is computed, and its optimizer is not idempotent on a fused
 expression: an expression that is optimized already has its column projections pushed once more, which renames
