@@ -646,6 +646,31 @@ def test_worker_spec_is_dask_gpu_s_spec():
         == {"interface": None, "protocol": None, "dashboard_address": None, "silence_logs": True}
 
 
+@pytest.mark.parametrize("limit", [None, 0, False, "default", 0.5, "1GB"])
+def test_worker_spec_reads_the_memory_limits_as_the_cluster_does(limit):
+    """None, 0 and False: no device tier and no host limit; "default": the configuration; else the amount."""
+    from dask_gpu.cuda.worker_spec import worker_spec
+    from dask_gpu.options import ClusterOptions
+    from dask_gpu.spec import worker_specs
+
+    ours = worker_spec(CUDA_VISIBLE_DEVICES=[0], device_memory_limit=limit, memory_limit=limit)["gpu-0"]
+    options = ClusterOptions.resolve(device_memory_limit=limit, memory_limit=limit).workers
+    cluster = worker_specs(dask_gpu.devices.select(dask_gpu.devices.discover(), [0]), options)["gpu-0"]
+    assert ours["options"]["memory_limit"] == cluster["options"]["memory_limit"]
+    assert ours["options"].get("data") == cluster["options"].get("data")
+    assert (limit in (None, 0, False)) is ("data" not in ours["options"])
+
+
+def test_worker_spec_refuses_a_bad_worker_keyword_as_the_cluster_does():
+    from dask_gpu.cuda.worker_spec import worker_spec
+
+    with pytest.raises(ValueError) as theirs:
+        dask_gpu.LocalCUDACluster(death_timeout="1 fortnight", dashboard_address=False)
+    with pytest.raises(ValueError) as ours:
+        worker_spec(death_timeout="1 fortnight")
+    assert str(ours.value).replace("worker_spec", "LocalCUDACluster") == str(theirs.value)
+
+
 def test_device_host_file_and_device_objects(tmp_path, caplog):
     import standin_device
 

@@ -3,7 +3,7 @@ spec builder (dask_gpu.spec.worker_specs): the workers LocalCUDACluster would ru
 
 from distributed import Nanny
 
-from dask_gpu import devices, keywords
+from dask_gpu import checks, devices, keywords, parse
 from dask_gpu.options import KEYWORDS, WorkerOptions
 from dask_gpu.spec import worker_specs
 from dask_gpu.ucx import UCX_PROTOCOLS
@@ -13,17 +13,21 @@ __all__ = ["worker_spec"]
 
 def worker_spec(interface=None, protocol=None, dashboard_address=":8787", threads_per_worker=1, silence_logs=True,
                 CUDA_VISIBLE_DEVICES=None, enable_tcp_over_ucx=False, enable_infiniband=False, enable_nvlink=False,
-                cls=Nanny, **kwargs):
+                cls=Nanny, memory_limit="default", device_memory_limit="default", **kwargs):
     """Worker name (``gpu-0``, ...) -> ``{"cls", "options"}``; dask-cuda's keywords, and any of LocalCUDACluster's
-    worker keywords (``device_memory_limit``, ``rmm_pool_size``, ...). Each spec's options name the
-    interface, protocol, dashboard address, threads and log silencing asked for, None included."""
+    worker keywords (``device_memory_limit``, ``rmm_pool_size``, ...), with the cluster's meaning (the memory limits:
+    "default" the configuration, None no limit). Each spec's options name the interface, protocol, dashboard
+    address, threads and log silencing asked for, None included."""
     if (enable_infiniband or enable_nvlink) and protocol not in UCX_PROTOCOLS:
         raise TypeError(f"Enabling InfiniBand or NVLink requires protocol='ucx', not {protocol!r}")
     options = WorkerOptions.resolve(
         nthreads=threads_per_worker, protocol=protocol, interface=interface, dashboard_address=dashboard_address,
         silence_logs=silence_logs, enable_tcp_over_ucx=enable_tcp_over_ucx or None,
-        enable_infiniband=enable_infiniband or None, enable_nvlink=enable_nvlink or None, worker_class=cls, **kwargs)
+        enable_infiniband=enable_infiniband or None, enable_nvlink=enable_nvlink or None, worker_class=cls,
+        memory_limit=parse.keyword_limit(memory_limit), device_memory_limit=parse.keyword_limit(device_memory_limit),
+        **kwargs)
     keywords.check(options.extra, "worker_spec", KEYWORDS, options.worker_class)
+    checks.worker_keywords(options.extra, "worker_spec")  # as LocalCUDACluster checks them
     specs = worker_specs(devices.select(devices.discover(), CUDA_VISIBLE_DEVICES), options)
     asked = {"interface": interface, "protocol": protocol, "dashboard_address": dashboard_address,
              "silence_logs": silence_logs}
