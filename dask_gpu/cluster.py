@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import importlib
 import inspect
 import logging
 import os
@@ -12,41 +11,18 @@ import sys
 from importlib.util import find_spec
 
 import dask
-from distributed import Scheduler, SpecCluster
+from distributed import SpecCluster
 from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import devices, parse
 from dask_gpu.dataframe import start
-from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs, shuffle_mode
+from dask_gpu.dataframe.scheduler import shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
-from dask_gpu.memory.collector import collector_paused
 from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
-from dask_gpu.scheduler import DeviceIndices, MemoryDeaths
+from dask_gpu.scheduler import GPUScheduler, attach_dashboard
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
-
-logger = logging.getLogger("dask_gpu")
-
-class GPUScheduler(Scheduler):
-    """distributed's Scheduler, with its root-task queue (``worker-saturation``) chosen here,
-    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`),
-    dataframe shuffles of cuDF partitions run on the device (:mod:`dask_gpu.dataframe.scheduler`),
-    and the plugins of :mod:`dask_gpu.scheduler` (``device_indices``: GPU worker name -> its device's index)."""
-
-    def __init__(self, *args, worker_saturation=None, device_indices=None, **kwargs):
-        chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
-        with dask.config.set(chosen):  # read once, while the scheduler is made
-            super().__init__(*args, **kwargs)
-        self.add_plugin(DeviceShuffles())
-        self.add_plugin(MemoryDeaths())
-        if device_indices:
-            self.add_plugin(DeviceIndices(device_indices))
-        quiet_shuffle_logs()
-
-    async def update_graph(self, *args, **kwargs):
-        with collector_paused():  # unpickling and materializing make a task object per chunk, and more
-            return await super().update_graph(*args, **kwargs)
 
 
 class LocalCUDACluster(SpecCluster):
@@ -288,19 +264,3 @@ def check_main_guard() -> None:
         raise RuntimeError(f"{script}, line {line}, starts a LocalCUDACluster outside `if __name__ == \"__main__\":`; "
                            "each worker process imports the script again: put the code that starts the cluster "
                            "under that guard")
-
-
-async def attach_dashboard(scheduler, prefix: str = "/") -> bool:
-    """Add the bokeh dashboard to a running scheduler's HTTP server; warn, never fail, on error."""
-    try:
-        dashboard = await asyncio.get_running_loop().run_in_executor(
-            None, importlib.import_module, "distributed.dashboard.scheduler"
-        )
-        if scheduler.status in (Status.closing, Status.closed):
-            return False
-        importlib.import_module("dask_gpu.dashboard").register(scheduler)  # the GPU page, before connect reads pages
-        dashboard.connect(scheduler.http_application, scheduler.http_server, scheduler, prefix=prefix)
-        return True
-    except Exception as e:  # the cluster works without its dashboard
-        logger.warning("the dashboard could not start: %s", e)
-        return False

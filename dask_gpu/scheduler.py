@@ -1,25 +1,34 @@
-"""The scheduler's side of a GPU cluster: plugins that make distributed's answers read in a GPU cluster's terms.
+"""The scheduler's side of a GPU cluster: LocalCUDACluster's scheduler, its dashboard, and the plugins that make
+distributed's answers read in a GPU cluster's terms.
 
+- :class:`GPUScheduler`: distributed's, with dask-gpu's plugins, its root-task queue chosen by the cluster, and
+  Python's cycle collector paused while it takes a graph in.
 - :class:`MemoryDeaths`: a task whose workers were restarted for exceeding their memory limit ends in a
   ``KilledWorker`` that says so (distributed's says only that the workers died).
 - :class:`DeviceIndices`: ``workers=[0]``, dask-cuda's name for the worker of GPU 0, finds that worker.
 
-:func:`register` adds :class:`MemoryDeaths` and the device shuffle (:mod:`dask_gpu.dataframe.scheduler`) to a
-scheduler that dask-gpu did not start (``dask gpu worker``'s); :class:`DeviceIndices` is LocalCUDACluster's.
+:func:`plugins` lists dask-gpu's plugins for any scheduler: :class:`MemoryDeaths` and the device shuffle
+(:mod:`dask_gpu.dataframe.scheduler`). :func:`register` adds them to a scheduler that dask-gpu did not start
+(``dask gpu worker``'s); :class:`DeviceIndices` is LocalCUDACluster's alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import logging
 from collections import Counter
 
+import dask
 from dask.utils import format_bytes
-from distributed import KilledWorker
+from distributed import KilledWorker, Scheduler
+from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.protocol.pickle import dumps, loads
 
 from dask_gpu import internals
-from dask_gpu.dataframe.scheduler import DeviceShuffles
+from dask_gpu.dataframe.scheduler import DeviceShuffles, quiet_shuffle_logs
+from dask_gpu.memory.collector import collector_paused
 
 logger = logging.getLogger("dask_gpu")
 GONE = 64  # removed workers remembered while a late memory event of theirs may come
@@ -136,14 +145,55 @@ class DeviceIndices(SchedulerPlugin):
             del self.aliased[index]
 
 
-async def register(scheduler_rpc) -> None:
-    """Add dask-gpu's scheduler plugins to a scheduler that dask-gpu did not start (``dask gpu worker``): the device
-    shuffle, and the note on workers restarted for memory. Where the scheduler refuses one (one that takes no
-    pickled plugins), the log says what goes on without it."""
-    for plugin, level, without in [
+def plugins() -> list:
+    """dask-gpu's plugins for any scheduler, each with the level and the words of what goes on without it: the
+    device shuffle, and the note on workers restarted for memory."""
+    return [
         (DeviceShuffles(), logging.WARNING, "cuDF shuffles run on distributed's P2P shuffle, through host memory"),
         (MemoryDeaths(), logging.INFO, "its KilledWorker errors stay as distributed makes them"),
-    ]:
+    ]
+
+
+class GPUScheduler(Scheduler):
+    """distributed's Scheduler, with :func:`plugins`, its root-task queue (``worker-saturation``) chosen here,
+    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`), and
+    :class:`DeviceIndices` (``device_indices``: GPU worker name -> its device's index)."""
+
+    def __init__(self, *args, worker_saturation=None, device_indices=None, **kwargs):
+        chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
+        with dask.config.set(chosen):  # read once, while the scheduler is made
+            super().__init__(*args, **kwargs)
+        for plugin, *_ in plugins():
+            self.add_plugin(plugin)
+        if device_indices:
+            self.add_plugin(DeviceIndices(device_indices))
+        quiet_shuffle_logs()
+
+    async def update_graph(self, *args, **kwargs):
+        with collector_paused():  # unpickling and materializing make a task object per chunk, and more
+            return await super().update_graph(*args, **kwargs)
+
+
+async def attach_dashboard(scheduler, prefix: str = "/") -> bool:
+    """Add the bokeh dashboard to a running scheduler's HTTP server; warn, never fail, on error."""
+    try:
+        dashboard = await asyncio.get_running_loop().run_in_executor(
+            None, importlib.import_module, "distributed.dashboard.scheduler"
+        )
+        if scheduler.status in (Status.closing, Status.closed):
+            return False
+        importlib.import_module("dask_gpu.dashboard").register(scheduler)  # the GPU page, before connect reads pages
+        dashboard.connect(scheduler.http_application, scheduler.http_server, scheduler, prefix=prefix)
+        return True
+    except Exception as e:  # the cluster works without its dashboard
+        logger.warning("the dashboard could not start: %s", e)
+        return False
+
+
+async def register(scheduler_rpc) -> None:
+    """Add :func:`plugins` to a scheduler that dask-gpu did not start (``dask gpu worker``). Where the scheduler
+    refuses one (one that takes no pickled plugins), the log says what goes on without it."""
+    for plugin, level, without in plugins():
         try:
             await scheduler_rpc.register_scheduler_plugin(plugin=dumps(plugin), name=plugin.name, idempotent=True)
         except Exception as e:

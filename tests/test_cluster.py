@@ -333,3 +333,12 @@ def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_
     monkeypatch.setattr(start, "wanted", lambda simulated: False)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
         assert cluster._warming is None
+
+
+def test_the_cluster_s_scheduler_has_the_plugins_dask_gpu_gives_any_scheduler(simulate):
+    from dask_gpu import scheduler
+
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False, n_workers=1) as cluster:
+        names = set(cluster.scheduler.plugins)
+    assert {plugin.name for plugin, *_ in scheduler.plugins()} | {scheduler.DeviceIndices.name} <= names
