@@ -13,7 +13,8 @@ first ``(x > 0.5).sum()``. :func:`compile_less` has CuPy use its own reduction k
 compile in a fraction of a second, and NVRTC parse CuPy's headers once a process rather than once a kernel
 (its precompiled headers), in every process that imports dask-gpu: the client with dask's local
 schedulers, and every worker. CUB's device-wide reductions, precompiled in CuPy's wheel, stay;
-``CUPY_ACCELERATORS`` and ``CUPY_NVRTC_USE_PCH``, where set, are left as chosen.
+``CUPY_ACCELERATORS`` and ``CUPY_NVRTC_USE_PCH``, where set, are left as chosen, and ``gpu.compile-less:
+false``, as CuPy is imported, leaves CuPy as it is.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def compile_less() -> None:
 
 
 def _compile_less(cupy) -> None:
+    if not parse.flag(config.get("compile_less"), "gpu.compile-less"):
+        return
     try:
         if "CUPY_ACCELERATORS" not in os.environ:
             internals.drop_cub_block_reductions(cupy)

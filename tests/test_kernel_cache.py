@@ -117,6 +117,8 @@ def test_importing_dask_gpu_takes_cub_out_of_cupys_reductions_only_and_precompil
     assert accelerators(tmp_path, "import cupy") == "[1, 2] [1, 2] False"  # CuPy's own default
     assert accelerators(tmp_path, "import dask_gpu; import cupy") == "[2] [1, 2] True"  # CuPy imported later
     assert accelerators(tmp_path, "import cupy; import dask_gpu") == "[2] [1, 2] True"  # CuPy imported first
+    off = accelerators(tmp_path, "import dask_gpu; import cupy", DASK_GPU__COMPILE_LESS="false")
+    assert off == "[1, 2] [1, 2] False"  # gpu.compile-less: false leaves CuPy as it is
 
 
 def test_cupys_settings_chosen_by_the_user_stay(tmp_path):
