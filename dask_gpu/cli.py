@@ -6,7 +6,6 @@ import asyncio
 import functools
 import os
 import json
-import math
 import sys
 from importlib.util import find_spec
 
@@ -18,21 +17,13 @@ _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
 
 def _seconds(ctx, param, value):
-    """A positive, finite number of seconds: "60", or with a unit as dask writes them ("60s", "1 minute")."""
+    """A positive, finite number of seconds, as :func:`dask_gpu.parse.seconds` reads one for the Python API."""
     if value is None:
         return None
     try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            from dask.utils import parse_timedelta
-
-            seconds = parse_timedelta(value)
-        except (ValueError, KeyError, TypeError, IndexError):  # dask's parser raises IndexError for ""
-            seconds = math.nan
-    if not 0 < seconds < math.inf:
-        raise click.BadParameter(f"{value!r} is not a number of seconds > 0, like 60 or '1 minute'")
-    return seconds
+        return parse.seconds(value, param.name)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _libraries(ctx, param, value):

@@ -16,7 +16,8 @@ import os
 import time
 
 import dask
-from dask.utils import parse_timedelta
+
+from dask_gpu import parse
 
 logger = logging.getLogger("dask_gpu")
 POLL = 0.1  # seconds between looks at a scheduler file that is not there yet
@@ -45,9 +46,9 @@ def check_file_can_appear(path: str) -> None:
 def bound(death_timeout=None) -> tuple[float, str]:
     """How long to wait for the scheduler, and what set it: --death-timeout, else the connect timeout."""
     if death_timeout is not None:
-        return parse_timedelta(death_timeout, default="seconds"), "--death-timeout"
-    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
-    return timeout, "distributed.comm.timeouts.connect; --death-timeout waits longer"
+        return parse.seconds(death_timeout, "death_timeout"), "--death-timeout"
+    key = "distributed.comm.timeouts.connect"
+    return parse.seconds(dask.config.get(key), key), f"{key}; --death-timeout waits longer"
 
 
 async def address_from_file(path: str, timeout: float, why: str) -> str:

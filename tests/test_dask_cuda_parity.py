@@ -399,7 +399,7 @@ def test_pid_file_and_scheduler_file_and_multiprocessing_method(tmp_path):
     (["--set-rmm-allocator-for-libs", "jax"], "'jax': give libraries among cupy, torch"),
     (["--multiprocessing-method", "thread"], "'thread' is not one of 'spawn', 'fork', 'forkserver'"),
     (["--worker-class", "parity_worker.Nope"], "worker_class 'parity_worker.Nope' cannot be imported"),
-    (["--death-timeout", "soon"], "'soon' is not a number of seconds > 0"),
+    (["--death-timeout", "soon"], "death_timeout='soon' is not a duration"),
 ])
 def test_bad_worker_options_are_one_usage_error(args, match):
     code, output, worker, _ = run_worker(*args)
@@ -661,14 +661,19 @@ def test_worker_spec_reads_the_memory_limits_as_the_cluster_does(limit):
     assert (limit in (None, 0, False)) is ("data" not in ours["options"])
 
 
-def test_worker_spec_refuses_a_bad_worker_keyword_as_the_cluster_does():
+def test_the_cluster_worker_spec_and_the_cli_refuse_a_bad_duration_in_the_same_words():
+    from click.testing import CliRunner
+
     from dask_gpu.cuda.worker_spec import worker_spec
 
-    with pytest.raises(ValueError) as theirs:
+    with pytest.raises(ValueError) as cluster:
         dask_gpu.LocalCUDACluster(death_timeout="1 fortnight", dashboard_address=False)
-    with pytest.raises(ValueError) as ours:
+    with pytest.raises(ValueError) as spec:
         worker_spec(death_timeout="1 fortnight")
-    assert str(ours.value).replace("worker_spec", "LocalCUDACluster") == str(theirs.value)
+    cli = CliRunner().invoke(gpu, ["worker", "tcp://127.0.0.1:9", "--death-timeout", "1 fortnight"])
+    words = "death_timeout='1 fortnight' is not a duration: give seconds > 0 (60) or a duration like '60s' or '1 minute'"
+    assert str(cluster.value) == f"LocalCUDACluster: {words}" and str(spec.value) == f"worker_spec: {words}"
+    assert cli.exit_code == 2 and f"'--death-timeout': {words}" in " ".join(cli.output.split())
 
 
 def test_device_host_file_and_device_objects(tmp_path, caplog):
