@@ -671,7 +671,8 @@ def test_the_cluster_worker_spec_and_the_cli_refuse_a_bad_duration_in_the_same_w
     with pytest.raises(ValueError) as spec:
         worker_spec(death_timeout="1 fortnight")
     cli = CliRunner().invoke(gpu, ["worker", "tcp://127.0.0.1:9", "--death-timeout", "1 fortnight"])
-    words = "death_timeout='1 fortnight' is not a duration: give seconds > 0 (60) or a duration like '60s' or '1 minute'"
+    words = ("death_timeout='1 fortnight' is not a duration: give seconds > 0 (60) or a duration like '60s' or "
+             "'1 minute'")
     assert str(cluster.value) == f"LocalCUDACluster: {words}" and str(spec.value) == f"worker_spec: {words}"
     assert cli.exit_code == 2 and f"'--death-timeout': {words}" in " ".join(cli.output.split())
 
