@@ -14,7 +14,7 @@ compile in a fraction of a second, and NVRTC parse CuPy's headers once a process
 (its precompiled headers), in every process that imports dask-gpu: the client with dask's local
 schedulers, and every worker. CUB's device-wide reductions, precompiled in CuPy's wheel, stay;
 ``CUPY_ACCELERATORS`` and ``CUPY_NVRTC_USE_PCH``, where set, are left as chosen, and ``gpu.compile-less:
-false``, as CuPy is imported, leaves CuPy as it is.
+false``, as dask-gpu is imported, leaves CuPy as it is.
 """
 
 from __future__ import annotations
@@ -63,13 +63,13 @@ def use_kernel_cache(directory: str | None = None) -> None:
 
 
 def compile_less() -> None:
-    """Once CuPy is imported in this process (now, if it is), :func:`_compile_less`."""
-    when_imported("cupy", _compile_less)
+    """Once CuPy is imported in this process (now, if it is), :func:`_compile_less`, unless ``gpu.compile-less``
+    is false (read now: a value that is no boolean is an error as dask-gpu is imported)."""
+    if parse.flag(config.get("compile_less"), "gpu.compile-less"):
+        when_imported("cupy", _compile_less)
 
 
 def _compile_less(cupy) -> None:
-    if not parse.flag(config.get("compile_less"), "gpu.compile-less"):
-        return
     try:
         if "CUPY_ACCELERATORS" not in os.environ:
             internals.drop_cub_block_reductions(cupy)

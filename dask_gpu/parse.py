@@ -355,9 +355,14 @@ def size(value) -> int:
     return int(nbytes)
 
 
+def in_bytes(size, total: int) -> int:
+    """A size as :func:`size_or_fraction` gives one, in bytes: a fraction (a float) of ``total``, or bytes."""
+    return int(size * total) if isinstance(size, float) else size
+
+
 def fraction_bytes(fraction: float, total: int, what: str) -> int:
     """``fraction`` of ``total`` bytes; an error where that is under one byte, since 0 means no limit."""
-    nbytes = int(total * fraction)
+    nbytes = in_bytes(float(fraction), total)
     if fraction > 0 and nbytes == 0:
         raise ValueError(f"{what} ({fraction!r} of {total} bytes) is less than one byte: "
                          "give a larger fraction, or 0 for no limit")

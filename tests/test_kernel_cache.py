@@ -121,6 +121,12 @@ def test_importing_dask_gpu_takes_cub_out_of_cupys_reductions_only_and_precompil
     assert off == "[1, 2] [1, 2] False"  # gpu.compile-less: false leaves CuPy as it is
 
 
+def test_a_compile_less_that_is_no_boolean_is_refused_as_dask_gpu_is_imported():
+    done = subprocess.run([sys.executable, "-c", "import dask_gpu"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DASK_GPU__COMPILE_LESS": "[1]"})
+    assert done.returncode == 1 and "gpu.compile-less must be True or False, not [1]" in done.stderr
+
+
 def test_cupys_settings_chosen_by_the_user_stay(tmp_path):
     assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="cub") == "[1] [1] True"
     assert accelerators(tmp_path, "import dask_gpu; import cupy", CUPY_ACCELERATORS="") == "[] [] True"

@@ -9,12 +9,11 @@ workers where there are several.
 from __future__ import annotations
 
 from dask_gpu import config
-from dask_gpu.parse import size_or_fraction
+from dask_gpu.parse import in_bytes, size_or_fraction
 
 
 def partition_bytes(device_memory: int, size=None) -> int:
-    value = partition_size(size)
-    return max(1, int(value * device_memory) if isinstance(value, float) else value)
+    return max(1, in_bytes(partition_size(size), device_memory))
 
 
 def partition_size(size=None) -> int | float:

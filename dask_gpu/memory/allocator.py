@@ -20,7 +20,7 @@ from importlib.util import find_spec
 
 from dask.utils import format_bytes
 
-from dask_gpu.parse import flag, size_or_fraction
+from dask_gpu.parse import flag, in_bytes, size_or_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +146,7 @@ def _flag(value, what: str) -> bool:
 def _size(value, what: str, device_memory: int, bounded: bool = True) -> int | None:
     if value is None:
         return None
-    size = size_or_fraction(value, what)
-    if isinstance(size, float):  # a fraction of the device
-        size = int(size * device_memory)
+    size = in_bytes(size_or_fraction(value, what), device_memory)
     if bounded and size > device_memory:
         raise ValueError(f"{what}={value!r} is {size} bytes, larger than the device ({device_memory} bytes): "
                          "give a smaller size or a fraction such as 0.9")
