@@ -7,10 +7,15 @@ query computed in this process by dask's synchronous scheduler on cuDF (``local`
 cluster in between. With ``--plans``, each query's building and optimization alone, with cuDF's metas and with
 pandas' (what the client would cost if it planned with pandas metadata). With ``--sample``, one more round of the
 queries sampled by py-spy in every thread of this process (the client and the scheduler) and of the workers: each
-thread's busy seconds and where they went. With ``--reads``, each query's parquet reads as its plan makes them (one
+thread's busy seconds and where they went; with ``--sample-first``, the queries' first round as well, sampled before
+anything else. With ``--timeline``, the first and the warm run of each query (as the
+suite runs it: ``client.compute`` of the collection) are split by clock: the call until the futures return
+(planning, the graph sent), until the first task starts, the tasks (first start to last end), until the answer is
+back, and its conversion to pandas. With ``--reads``, each query's parquet reads as its plan makes them (one
 cuDF call a partition, on a worker) beside cuDF alone reading the same columns of the same files in one call there.
 
-    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--reads] [--out F]
+    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--sample-first]
+        [--timeline] [--reads] [--out F]
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--sample", action="store_true",
                         help="also sample one round of the queries with py-spy (pip install py-spy): busy seconds "
                              "by thread")
+    parser.add_argument("--sample-first", action="store_true",
+                        help="sample the queries' first round too, before anything else runs")
+    parser.add_argument("--timeline", action="store_true",
+                        help="split the first and the warm run of each query, as the suite runs it, by clock")
     parser.add_argument("--reads", action="store_true",
                         help="also time each query's planned reads beside cuDF alone reading the same columns")
     parser.add_argument("--out")
@@ -66,9 +75,16 @@ def main(argv=None) -> dict:
         with LocalCUDACluster(n_workers=args.gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
             result["cluster_seconds"] = time.perf_counter() - start
             engine = _Dask(plan, client, split=True)
+            if args.sample_first:
+                result["sampled_first"] = _sampled(lambda: [engine.run(n) for n in numbers])
+                print(json.dumps({k: v["busy"] for k, v in result["sampled_first"]["threads"].items()}, indent=1))
             for n in numbers:
                 row = result["queries"][f"q{n}"] = {}
                 for name in ("first", "second"):
+                    if args.timeline:  # each run split by clock
+                        row[f"{name}_timeline"], answer = _timeline(client, engine, n)
+                        row[name] = row[f"{name}_timeline"]["total"]
+                        continue
                     start = time.perf_counter()
                     answer = engine.run(n)
                     row[name] = time.perf_counter() - start
@@ -103,6 +119,11 @@ def main(argv=None) -> dict:
                       f"{row.get('before_first_task', 0):.3f}, after the last {row.get('after_last_task', 0):.3f}) "
                       f"{row['correct']}" + (f" | reads {reads['planned']:.3f} cuDF alone {reads['cudf_alone']:.3f} "
                                              f"partitions {reads['partitions']}" if reads else ""), flush=True)
+            if args.timeline:
+                for name in ("first", "second"):
+                    rows = [row[f"{name}_timeline"] for row in result["queries"].values()]
+                    totals = {step: round(sum(row[step] for row in rows), 3) for step in rows[0]}
+                    print(f"{name} runs split by clock, summed over the queries:", totals, flush=True)
             if args.sample:
                 result["sampled"] = _sampled(lambda: [engine.run(n) for n in numbers])
                 print(json.dumps({k: v["busy"] for k, v in result["sampled"]["threads"].items()}, indent=1), flush=True)
@@ -225,6 +246,29 @@ def _time_reads(jobs) -> tuple:
             cudf.read_parquet(files, columns=columns)
         alone = time.perf_counter() - start
     return planned, alone
+
+
+def _timeline(client, engine, number) -> tuple:
+    """A run of query ``number`` as the suite runs it, split by clock (seconds), and its answer."""
+    from distributed import wait
+
+    from dask_gpu.benchmarks.tpch.suite import _pandas
+
+    with _stream(client) as tasks:
+        clock = [time.time()]
+        future = client.compute(engine.queries[number](engine))
+        clock.append(time.time())
+        wait(future)
+        value = future.result()
+        clock.append(time.time())
+        answer = _pandas(value)
+        clock.append(time.time())
+    spans = [(s["start"], s["stop"]) for task in tasks.data for s in task["startstops"] if s["action"] == "compute"]
+    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    steps = {"submitted": clock[1] - clock[0], "to_first_task": first - clock[1], "tasks": last - first,
+             "busy": _busy(tasks), "to_answer": clock[2] - last, "to_pandas": clock[3] - clock[2]}
+    steps["total"] = clock[3] - clock[0]
+    return steps, answer
 
 
 def _ends(ts, called: float, answered: float) -> dict:

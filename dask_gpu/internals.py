@@ -105,6 +105,12 @@ def scheduler_identity(client) -> dict:
     return client.sync(client.scheduler.identity, n_workers=-1)
 
 
+def heard_identity(client) -> dict:
+    """The identity of ``client``'s scheduler as the client last heard it (its periodic refresh: the workers'
+    count, threads and memory, without the workers), with no round trip; ``{}`` before it has heard one."""
+    return client._scheduler_identity or {}
+
+
 def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
     """distributed's keywords for a :class:`ShuffleRun` on the worker of ``plugin`` (its shuffle worker
     plugin), for a run that keeps no files: no disk, and no limit on what it would write."""

@@ -27,6 +27,22 @@ def test_the_gpu_workers_and_their_memory(simulate):
         assert sorted(sizing.gpu_workers()) == [16 * GB, 80 * GB]
 
 
+def test_the_workers_are_asked_again_only_when_the_client_hears_of_a_change(simulate, monkeypatch):
+    from dask_gpu import internals
+
+    simulate(["16GB"])
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        assert sizing.gpu_workers(client) == [16 * GB]
+        trips, sync = [], client.sync
+        monkeypatch.setattr(client, "sync", lambda *args, **kwargs: trips.append(args) or sync(*args, **kwargs))
+        assert sizing.gpu_workers(client) == [16 * GB]
+        assert trips == []  # each read plans with these: no round trip to the cluster for each
+        heard = dict(internals.heard_identity(client), n_workers=2)  # as the client hears of a second worker
+        monkeypatch.setattr(internals, "heard_identity", lambda _: heard)
+        assert sizing.gpu_workers(client) == [16 * GB]
+        assert trips  # asked again
+
+
 def test_without_a_cluster_the_gpus_of_this_machine(simulate):
     simulate(["8GB"])
     assert sizing.gpu_workers() == [8 * GB]

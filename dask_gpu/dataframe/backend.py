@@ -14,20 +14,22 @@ import functools
 
 from dask.dataframe.backends import DataFrameBackendEntrypoint
 
-from dask_gpu.dataframe import collections, meta, parquet, sizing
+from dask_gpu.dataframe import collections, meta, parquet, sizing, tokens
 
 ENGINE = "cudf"  # the library of the partitions that this backend's parquet reads make
 
 
 @functools.cache  # a failed import is not kept: it is tried again
 def cudf_backend():
-    """dask-cudf's backend, with dask-gpu's metas and collections for cuDF in place (imported at the first call)."""
+    """dask-cudf's backend, with dask-gpu's metas, tokens and collections for cuDF in place (imported at the first
+    call)."""
     try:
         from dask_cudf.backends import CudfBackendEntrypoint
     except ImportError as e:
         raise ImportError(f"the 'gpu' dataframe backend needs cuDF and dask-cudf: pip install dask-cudf-cu12 "
                           f"or dask-cudf-cu13 ({e})") from e
     meta.install()
+    tokens.register()
     collections.register()
     return CudfBackendEntrypoint
 

@@ -26,21 +26,23 @@ def partition_size(size=None) -> int | float:
 
 def gpu_workers(client=None) -> list[int]:
     """The device memory of each GPU worker of ``client``'s cluster (of this machine's GPUs without one); asked of
-    the workers once for each set of them."""
+    the workers again only when what the client last heard of its workers (their count, threads and memory, which
+    it hears every few seconds) has changed: each read of the backend plans with these, and a question to the
+    cluster is a round trip."""
     from distributed import get_client
 
-    from dask_gpu import devices
+    from dask_gpu import devices, internals
 
     if client is None:
         try:
             client = get_client()
         except ValueError:  # no cluster: the GPUs of this machine
             return [d.memory_total for d in devices.discover().devices]
-    workers = tuple(sorted(client.scheduler_info().get("workers", ())))  # the client's copy: no round trip
-    key = (client.id, workers)
-    if not workers or key not in _asked:
+    heard = internals.heard_identity(client)
+    key = (client.id, *(heard.get(k) for k in ("id", "n_workers", "total_threads", "total_memory")))
+    if not heard.get("n_workers") or key not in _asked:
         sizes = [size for size in client.run(_device_memory).values() if size]
-        if not workers:
+        if not heard.get("n_workers"):
             return sizes
         _asked.clear()
         _asked[key] = sizes
