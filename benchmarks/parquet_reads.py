@@ -15,7 +15,7 @@ Each figure is the second of two runs. Run it with ``KVIKIO_NTHREADS`` set to co
 and 3.8 times as long as one call, over the 22 queries at scale factor 10 on one H200.) Writes JSON with the
 machine's description.
 
-    python benchmarks/parquet_reads.py --data DIR --scale 10 [--queries 1,9] [--out FILE]
+    python benchmarks/parquet_reads.py --data DIR --scale 10 [--queries 1,9] [--ways cudf,plc] [--out FILE]
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--data", required=True)
     parser.add_argument("--scale", type=float, required=True)
     parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
+    parser.add_argument("--ways", help="only these ways, comma-separated (cudf,plc,...)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    only = set(args.ways.split(",")) if args.ways else None
 
     import dask
     import dask.dataframe as dd
@@ -51,7 +53,8 @@ def main(argv=None) -> dict:
     with dask.config.set({"dataframe.backend": "gpu"}):
         for n in (int(q) for q in args.queries.split(",")):
             reads = _planned_reads(dask_queries.QUERIES[n](tables))
-            row = result["queries"][f"q{n}"] = {way: _second(read) for way, read in _ways(reads).items()}
+            row = result["queries"][f"q{n}"] = {way: _second(read) for way, read in _ways(reads).items()
+                                                if only is None or way in only}
             print(f"q{n}: " + " ".join(f"{way} {seconds:.3f}" for way, seconds in row.items()), flush=True)
     rows = result["queries"].values()
     ways = dict.fromkeys(way for row in rows for way in row)

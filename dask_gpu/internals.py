@@ -47,6 +47,8 @@ _LAZY = {
     "Len": ("dask.dataframe.dask_expr._reductions", "Len"),
     "Repartition": ("dask.dataframe.dask_expr._repartition", "Repartition"),
     "SortValues": ("dask.dataframe.dask_expr._shuffle", "SortValues"),
+    "SimpleShuffle": ("dask.dataframe.dask_expr._shuffle", "SimpleShuffle"),
+    "AssignPartitioningIndex": ("dask.dataframe.dask_expr._shuffle", "AssignPartitioningIndex"),
     "is_filter_pushdown_available": ("dask.dataframe.dask_expr._expr", "is_filter_pushdown_available"),
     "determine_column_projection": ("dask.dataframe.dask_expr._expr", "determine_column_projection"),
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),

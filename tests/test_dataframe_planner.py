@@ -54,6 +54,23 @@ def test_a_small_sort_is_made_in_one_partition_without_a_pass_for_its_divisions(
     assert larger.npartitions > 1 and larger.compute().x.is_monotonic_increasing  # dask's sort
 
 
+@pytest.mark.parametrize("method", ["tasks", "disk"])
+def test_no_shuffle_of_one_partition_into_one(planned_pandas, frames, method):
+    """``nunique``'s group-by shuffles its chunks into as many partitions as its input has: from one into one, the
+    chunks stay where they are; from several, dask's shuffle."""
+    big, _ = frames
+    shuffles = {"TaskShuffle", "DiskShuffle", "P2PShuffle", "SimpleShuffle", "AssignPartitioningIndex"}
+    want = big.groupby("k").x.nunique()
+    with dask.config.set({"dataframe.shuffle.method": method}):
+        one = dd.from_pandas(big, npartitions=1).groupby("k").x.nunique()
+        assert {type(e).__name__ for e in one.expr.optimize(fuse=False).walk()} & shuffles  # dask's plan
+        assert not kinds(one) & shuffles  # ours
+        pd.testing.assert_series_equal(one.compute().sort_index(), want)
+        several = dd.from_pandas(big, npartitions=3).groupby("k").x.nunique()
+        assert kinds(several) & shuffles
+        pd.testing.assert_series_equal(several.compute().sort_index(), want)
+
+
 def test_an_optimized_collection_computes_as_it_was_optimized(planned_pandas, frames):
     """dask optimizes again what it computes: an optimized expression, fused, loses tasks that its fused tasks
     name. Here a group-by's output joined back with its input, the pattern of TPC-H's query 21."""

@@ -1,3 +1,4 @@
+import dataclasses
 import importlib.util
 import os
 import pickle
@@ -21,6 +22,7 @@ def _clean_env(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     monkeypatch.delenv("RAPIDS_NO_INITIALIZE", raising=False)
+    monkeypatch.delenv("KVIKIO_NTHREADS", raising=False)
 
 
 @pytest.fixture
@@ -62,6 +64,7 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",  # cuDF's import checks nothing: the worker's first task is sooner
+        "KVIKIO_NTHREADS": io_threads(selected[position][1]),
     }
     assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
@@ -80,11 +83,26 @@ def test_gpu_worker_spec_uuid_tokens(selected):
     assert build(by_uuid, 1)["options"]["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(uuids[1:] + uuids[:1])
 
 
+def io_threads(device) -> str:
+    """A core near the GPU a file-reading thread, and no fewer than cuDF's own count."""
+    return str(max(spec.IO_THREADS, len(spec.usable_cores(device.cpu_affinity))))
+
+
+def test_a_worker_reads_files_with_a_thread_a_core_near_its_gpu(selected, monkeypatch):
+    device = selected[0][1]
+    many = dataclasses.replace(device, cpu_affinity=tuple(ALLOWED_CORES) * 12)  # more cores than cuDF's 8 threads
+    monkeypatch.setattr(spec, "usable_cores", lambda cores: tuple(cores))
+    assert build([("0", many)], 0)["options"]["env"]["KVIKIO_NTHREADS"] == str(len(ALLOWED_CORES) * 12)
+    few = dataclasses.replace(device, cpu_affinity=(0,))
+    assert build([("0", few)], 0)["options"]["env"]["KVIKIO_NTHREADS"] == str(spec.IO_THREADS)
+
+
 def test_cuda_device_order_and_the_other_defaults_not_overridden(selected, monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     monkeypatch.setenv("RAPIDS_NO_INITIALIZE", "0")
+    monkeypatch.setenv("KVIKIO_NTHREADS", "2")
     env = build(selected, 0)["options"]["env"]
-    assert "CUDA_DEVICE_ORDER" not in env and "RAPIDS_NO_INITIALIZE" not in env  # the workers inherit the user's
+    assert not {"CUDA_DEVICE_ORDER", "RAPIDS_NO_INITIALIZE", "KVIKIO_NTHREADS"} & set(env)  # the user's, inherited
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
 
@@ -200,6 +218,7 @@ def test_gpu_worker_extra_env_and_plugins_merged(selected):
         "CUDA_VISIBLE_DEVICES": "2,0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "RAPIDS_NO_INITIALIZE": "True",
+        "KVIKIO_NTHREADS": io_threads(selected[2][1]),
     }
     assert opts["plugins"][0] is other
     assert len(opts["plugins"]) == 3

@@ -76,7 +76,7 @@ class Fusing:
     is an expression of dask's own class again, under the same name: whoever unpickles it needs none of this."""
 
     def finalize_compute(self):
-        return Optimized(_Held(self.optimize(fuse=True))).finalize_compute()
+        return Optimized(_Held(planner.optimize(self))).finalize_compute()
 
     def __reduce__(self):
         return internals.expression_as(self, self._dask_class).__reduce__()
@@ -135,7 +135,7 @@ class Planned:
 
         if isinstance(self.expr, Optimized):
             return self
-        return new_collection(Optimized(_Held(self.expr.optimize(fuse=fuse))))
+        return new_collection(Optimized(_Held(planner.optimize(self.expr, fuse))))
 
 
 def register() -> None:

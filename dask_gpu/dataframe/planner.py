@@ -9,8 +9,13 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   that key afterwards skips its shuffle and answers wrong. A side of one partition keeps what each side had.
 - **Small sorts.** A sort of at most :data:`SORT_PARTITIONS` partitions is made in one partition: no pass over
   the input to find where to split it, which dask computes while the graph is built.
+- **No shuffle of one partition into one.** dask shuffles the chunks of a group-by whose ``split_out`` is its
+  input's partition count (``nunique``'s default) whatever that count is, and a shuffle is a stage of tasks of its
+  own (transfers and a barrier, on the GPU through the device shuffle). From one partition into one, the rows are
+  where the shuffle would put them: the shuffle's input, less its partitioning column, is its output.
 
-:func:`planned` gives an expression these rules where it is a join or a sort.
+:func:`planned` gives an expression the first two rules where it is a join or a sort; :func:`optimize`, which
+optimizes the collections' expressions, applies the third to the lowered expression before its tasks are fused.
 """
 
 from __future__ import annotations
@@ -26,6 +31,49 @@ def planned(expr):
     """``expr`` with the planner's rules where it is a join or a sort of dask's, as it is otherwise."""
     kind = _PLANNED.get(type(expr))  # dask's own classes, not subclasses of them with rules of their own
     return kind(*expr.operands) if kind is not None else expr
+
+
+def optimize(expr, fuse: bool = True):
+    """dask's optimization of ``expr``, with no shuffle of one partition into one, fused with ``fuse``."""
+    lowered = without_needless_shuffles(expr.optimize(fuse=False))
+    return lowered.fuse() if fuse else lowered
+
+
+def without_needless_shuffles(expr):
+    """``expr``, lowered, with each shuffle of one partition into one replaced by its input."""
+    replaced, stack, seen = {}, [expr], set()
+    while stack:
+        node = stack.pop()
+        if node._name in seen:
+            continue
+        seen.add(node._name)
+        replacement = _unshuffled(node)
+        if replacement is not None:
+            replaced[node._name] = node, replacement
+        else:
+            stack.extend(node.dependencies())
+    for node, replacement in replaced.values():
+        expr = expr.substitute(node, replacement)
+    return expr
+
+
+def _unshuffled(node):
+    """What ``node`` is without a shuffle of one partition into one: the shuffle's input (a selection of columns
+    dropping the partitioning column selects them from the input the column was added to); None where there is
+    no such shuffle."""
+    shuffle = node.frame if isinstance(node, internals.Projection) else node
+    if not (isinstance(shuffle, internals.SimpleShuffle) and shuffle.npartitions_out == 1
+            and shuffle.frame.npartitions == 1):
+        return None
+    if shuffle is node:
+        return shuffle.frame
+    indexed = shuffle.frame
+    if isinstance(indexed, internals.AssignPartitioningIndex):
+        columns = node.operand("columns")
+        kept = [columns] if not isinstance(columns, list) else columns
+        if indexed.operand("index_name") not in kept:
+            return internals.Projection(indexed.frame, columns)
+    return internals.Projection(indexed, node.operand("columns"))
 
 
 class PlannedMerge(internals.Merge):
