@@ -33,6 +33,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--scale", type=float, required=True)
+    parser.add_argument("--layout", default="suite", help="the files' layout (the tpch suite's --layout)")
     parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
     parser.add_argument("--ways", help="only these ways, comma-separated (cudf,plc,...)")
     parser.add_argument("--out")
@@ -45,7 +46,7 @@ def main(argv=None) -> dict:
     from dask_gpu.benchmarks.tpch import dask_queries, data
     from dask_gpu.report import machine_dict
 
-    data.generate(args.data, args.scale, print)
+    data.generate(args.data, args.scale, print, args.layout)
     tables = type("Tables", (), {"scale": args.scale,
                                  "read": lambda self, table: dd.read_parquet(data.files(args.data, table))})()
     result = {"scale": args.scale, "kvikio_nthreads": os.environ.get("KVIKIO_NTHREADS"), "machine": machine_dict(),

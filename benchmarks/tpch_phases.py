@@ -14,8 +14,8 @@ suite runs it: ``client.compute`` of the collection) are split by clock: the cal
 back, and its conversion to pandas. With ``--reads``, each query's parquet reads as its plan makes them (one
 cuDF call a partition, on a worker) beside cuDF alone reading the same columns of the same files in one call there.
 
-    python benchmarks/tpch_phases.py --data DIR --scale 10 [--queries 1,6] [--gpus 1] [--sample] [--sample-first]
-        [--timeline] [--reads] [--out F]
+    python benchmarks/tpch_phases.py --data DIR --scale 10 [--layout L] [--queries 1,6] [--gpus 1] [--sample]
+        [--sample-first] [--timeline] [--reads] [--out F]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--scale", type=float, required=True)
+    parser.add_argument("--layout", default="suite", help="the files' layout (the tpch suite's --layout)")
     parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--local", action="store_true", help="also run each query with the sync scheduler here")
@@ -64,7 +65,7 @@ def main(argv=None) -> dict:
     from dask_gpu.benchmarks.tpch.suite import _Dask, _pandas
     from dask_gpu.report import machine_dict
 
-    data.generate(args.data, args.scale, print)
+    data.generate(args.data, args.scale, print, args.layout)
     numbers = [int(n) for n in args.queries.split(",")]
     want = data.answers(args.data, args.scale, numbers)
     result = {"scale": args.scale, "gpus": args.gpus, "machine": machine_dict(), "queries": {}}

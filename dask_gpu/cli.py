@@ -273,6 +273,9 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
 @click.option("--data", "data_dir", type=click.Path(),
               help="Directory of the dataframe or tpch suite's data, reused while its manifest matches [default: "
                    "under the temporary directory].")
+@click.option("--layout", help="How the tpch suite's files hold each table: suite (its own), pyarrow (pandas' and "
+                               "pyarrow's defaults), duckdb-threads (a file a thread, row groups of a million rows), "
+                               "small-files or one-file [default: suite].")
 @click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array), read, groupby-low, "
                                   "groupby-high, merge, sort, shuffle, q1, q3 (dataframe), q1 ... q22 (tpch) or "
                                   "pca, ridge, logistic (ml) "
@@ -292,8 +295,8 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
                    "(array suite).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw them as a PNG (matplotlib).")
-def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare, engines, gpus, protocol, repeat,
-          timeout, cpu_budget, json_path, plot_path):
+def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, compare, engines, gpus, protocol,
+          repeat, timeout, cpu_budget, json_path, plot_path):
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table. With
     --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
     --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars. With
@@ -304,7 +307,7 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
     module = {"dataframe": dataframe, "tpch": tpch, "ml": ml}.get(suite, seed)
     owners = {"--shape": (shape, ("array",)), "--chunks": (chunks, ("array",)),
               "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe",)),
-              "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)),
+              "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)), "--layout": (layout, ("tpch",)),
               "--data": (data_dir, ("dataframe", "tpch"))}
     wrong = [option for option, (value, owner) in owners.items() if value is not None and suite not in owner]
     if wrong:
@@ -326,7 +329,8 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
             plan = ml.plan(size, None, names, compare, gpus, protocol, repeat, timeout)
             steps, run = plan.steps, functools.partial(ml.run, plan)
         elif suite == "tpch":
-            plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines)
+            plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines,
+                             layout or "suite")
             steps, run = plan.steps, functools.partial(tpch.run, plan)
         else:
             steps = seed.check(size, shape, chunks, names, compare, protocol, repeat, timeout, cpu_budget, gpus)
@@ -339,9 +343,9 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, workloads, compare,
             files = plan.data.files + plan.data.right_files
             with _Bar(files, "writing data") as bar:
                 dataframe.generate(plan.data, log=bar.step)
-        if suite == "tpch" and tpch.data.stale(plan.path, plan.scale):
+        if suite == "tpch" and tpch.data.stale(plan.path, plan.scale, plan.layout):
             with _Bar(tpch.data.log_lines(plan.scale), "writing data") as bar:
-                tpch.data.generate(plan.path, plan.scale, log=bar.step)
+                tpch.data.generate(plan.path, plan.scale, log=bar.step, layout=plan.layout)
     except OSError as e:  # a full disk, say: one line that says where
         raise click.ClickException(str(e)) from None
     with _Bar(steps, "running") as bar:

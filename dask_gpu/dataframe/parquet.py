@@ -17,7 +17,9 @@ dask-cudf's reader instead (:func:`readable` says which).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 
 from dask_gpu import internals
@@ -87,7 +89,7 @@ def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tupl
     runs of the row groups."""
     read = set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
     weights = [max(g.nbytes(columns) * share, g.nbytes(read) / READ_FACTOR) for g in wanted]
-    count = max(1, math.ceil(sum(weights) / target))
+    count = max(1, round(sum(weights) / target))  # the nearest: partitions of 0.75 to 1.5 times the target
     if count > 1:
         count = math.ceil(count / gpus) * gpus
     count = max(1, min(count, len(wanted)))
@@ -95,17 +97,18 @@ def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tupl
 
 
 def _runs(items, weights, count: int) -> list:
-    """``items`` cut into ``count`` contiguous runs of about equal weight, none empty."""
-    total, runs, start, seen = sum(weights) or 1, [], 0, 0.0
-    for i, weight in enumerate(weights):
-        seen += weight
-        left = len(items) - i - 1  # items after this one
-        need = count - len(runs) - 1  # runs after this one
-        if need and (seen >= total * (len(runs) + 1) / count or left == need):
-            runs.append(items[start:i + 1])
-            start = i + 1
-    runs.append(items[start:])
-    return runs
+    """``items`` cut into ``count`` contiguous runs of about equal weight, none empty: each cut where the weight
+    before it comes nearest its share of the whole."""
+    ends = list(itertools.accumulate(weights))
+    total, cuts = ends[-1] if ends else 0, [0]
+    for k in range(1, count):
+        first, last = cuts[-1] + 1, len(items) - (count - k)  # each run keeps an item, and leaves one for each after
+        goal = total * k / count
+        after = min(max(bisect.bisect_left(ends, goal) + 1, first), last)  # the first cut at or past the goal
+        before = max(after - 1, first)
+        cuts.append(min((before, after), key=lambda cut: abs(ends[cut - 1] - goal)))
+    cuts.append(len(items))
+    return [items[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def _pieces(run) -> tuple:

@@ -8,6 +8,10 @@ Scale factors above :data:`STEP_SCALE` are made in steps (dbgen's ``children`` a
 that much in DuckDB's memory; the steps run in processes side by side, as many as the cores and the memory allow.
 dbgen makes a step's rows on one core: scale factor 100 in one process took about half an hour on 16 cores.
 
+The same rows can be written in other layouts (:data:`LAYOUTS`), as the files users have are: pyarrow's and
+pandas' defaults, DuckDB's output of many threads at once, many small files, one file a table. :func:`relayout`
+writes the suite's data again in one of them.
+
 Query 11's fraction is the specification's 0.0001 / SF; DuckDB's own text keeps scale factor 1's.
 """
 
@@ -19,6 +23,7 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 
 TABLES = ("lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region")
@@ -27,6 +32,16 @@ STEP_SCALE = 10  # the most scale factor one step holds
 STEP_MEMORY = 16 * 2**30  # what a step of STEP_SCALE takes in DuckDB's memory, with room to spare
 ROWS_PER_FILE = 8_000_000  # lineitem at scale factor 10 in 8 files: few tasks, and reads spread over the cores
 FORMAT = 1  # change it when the files' form changes, so that old data is written again
+LAYOUTS = {  # name -> how its files hold a table
+    "suite": "files of 8,000,000 rows in dbgen's order, DuckDB's row groups (122,880 rows)",
+    "pyarrow": "one file, row groups of 1,048,576 rows (pyarrow's and pandas' to_parquet defaults)",
+    "duckdb-threads": "a file a DuckDB thread, rows interleaved, row groups of 1,000,000 rows (PER_THREAD_OUTPUT)",
+    "small-files": "a file a row group of DuckDB's (122,880 rows)",
+    "one-file": "one file, DuckDB's row groups",
+}
+DUCKDB_ROWS = 122_880  # rows a row group of DuckDB's default
+PYARROW_ROWS = 1_048_576  # rows a row group of pyarrow's default
+THREAD_ROWS = 1_000_000  # rows a row group of the per-thread layout
 MISSING = ("the tpch suite needs DuckDB and its TPC-H extension of the same version: "
            "pip install duckdb duckdb-extension-tpch=={version}")
 
@@ -51,17 +66,23 @@ def connect(threads: int | None = None):
     return con
 
 
-def manifest(scale: float) -> dict:
-    return {"scale": scale, "format": FORMAT, "tables": list(TABLES)}
+def manifest(scale: float, layout: str = "suite") -> dict:
+    return {"scale": scale, "format": FORMAT, "tables": list(TABLES), "layout": layout}
 
 
-def stale(path: str, scale: float) -> bool:
-    """Whether ``path`` lacks the tables of ``scale`` (its manifest says what is there)."""
+def stale(path: str, scale: float, layout: str = "suite") -> bool:
+    """Whether ``path`` lacks the tables of ``scale`` in ``layout`` (its manifest says what is there)."""
     try:
         with open(os.path.join(path, "manifest.json")) as f:
-            return json.load(f) != manifest(scale)
+            return json.load(f) != manifest(scale, layout)
     except (OSError, ValueError):
         return True
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"--layout {layout}: choose from {', '.join(LAYOUTS)}")
+    return layout
 
 
 def steps(scale: float) -> int:
@@ -82,14 +103,15 @@ def parallel_steps(count: int) -> int:
     return max(1, min(count, os.cpu_count() or 1, psutil.virtual_memory().available // STEP_MEMORY))
 
 
-def generate(path: str, scale: float, log=None) -> bool:
-    """Writes the tables of scale factor ``scale`` under ``path`` unless they are there; True where it wrote.
-    Larger scale factors are generated in steps, side by side (:func:`parallel_steps`). An OSError that says
-    where and why where writing fails (a full disk, say)."""
-    if not stale(path, scale):
+def generate(path: str, scale: float, log=None, layout: str = "suite") -> bool:
+    """Writes the tables of scale factor ``scale`` under ``path``, in ``layout``, unless they are there; True where
+    it wrote. Larger scale factors are generated in steps, side by side (:func:`parallel_steps`). An OSError that
+    says where and why where writing fails (a full disk, say)."""
+    check_layout(layout)
+    if not stale(path, scale, layout):
         return False
     try:
-        _generate(path, scale, log)
+        _generate(path, scale, log, layout)
     except Exception as e:
         if not _written_wrong(e):
             raise
@@ -105,58 +127,119 @@ def _written_wrong(error: Exception) -> bool:
     return isinstance(error, (OSError, duckdb.IOException))
 
 
-def _generate(path: str, scale: float, log=None) -> None:
-    os.makedirs(path, exist_ok=True)
-    marker = os.path.join(path, "manifest.json")
-    if os.path.exists(marker):
-        os.remove(marker)  # first: data written part way is never reused
+def _generate(path: str, scale: float, log=None, layout: str = "suite") -> None:
+    marker = _emptied(path)
     connect()  # DuckDB and its extension are there: say so here, not in a step's process
     count = steps(scale)
-    for table in TABLES:
-        for old in glob.glob(os.path.join(path, table, "*.parquet")):
-            os.remove(old)
-        os.makedirs(os.path.join(path, table), exist_ok=True)
     if count == 1:
-        _step(path, scale, 0, 1, None, log)
+        _step(path, scale, 0, 1, None, log, layout)
     else:
         at_once = parallel_steps(count)
         threads = max(1, (os.cpu_count() or 1) // at_once)
         context = multiprocessing.get_context("spawn")  # DuckDB's threads do not survive a fork
         with ProcessPoolExecutor(at_once, mp_context=context) as pool:
-            done = [pool.submit(_step, path, scale, step, count, threads) for step in range(count)]
+            done = [pool.submit(_step, path, scale, step, count, threads, None, layout) for step in range(count)]
             for step, future in enumerate(done):
                 future.result()
                 if log:
                     log(f"wrote every table (step {step + 1} of {count}, {at_once} at once)")
     with open(marker, "w") as f:
-        json.dump(manifest(scale), f)
+        json.dump(manifest(scale, layout), f)
 
 
-def _step(path: str, scale: float, step: int, count: int, threads: int | None, log=None) -> None:
-    """dbgen's step ``step`` of ``count`` (the whole when ``count`` is 1), each table written as files that
-    begin with the step's number."""
+def _emptied(path: str) -> str:
+    """``path`` made ready for new tables (no manifest first, so that data written part way is never reused, and
+    no parquet files of the tables); its manifest's path."""
+    os.makedirs(path, exist_ok=True)
+    marker = os.path.join(path, "manifest.json")
+    if os.path.exists(marker):
+        os.remove(marker)
+    for table in TABLES:
+        for old in glob.glob(os.path.join(path, table, "*.parquet")):
+            os.remove(old)
+        for unmoved in glob.glob(os.path.join(path, table, ".*")):  # a COPY's own folder, left part way
+            shutil.rmtree(unmoved)
+        os.makedirs(os.path.join(path, table), exist_ok=True)
+    return marker
+
+
+def relayout(source: str, path: str, layout: str, log=None) -> None:
+    """The suite's tables under ``source`` written again under ``path`` in ``layout``: the same rows, read in the
+    files' order."""
+    if os.path.realpath(source) == os.path.realpath(path):
+        raise ValueError(f"the tables under {source} cannot be written again in their own place: give another path")
+    with open(os.path.join(source, "manifest.json")) as f:
+        scale = json.load(f)["scale"]
+    marker = _emptied(path)
+    con = connect()
+    for table in TABLES:
+        _write(con, f"SELECT * FROM read_parquet('{files(source, table)}')", os.path.join(path, table), "000",
+               check_layout(layout))
+        if log:
+            log(f"wrote {table}")
+    with open(marker, "w") as f:
+        json.dump(manifest(scale, layout), f)
+
+
+def _step(path: str, scale: float, step: int, count: int, threads: int | None, log=None,
+          layout: str = "suite") -> None:
+    """dbgen's step ``step`` of ``count`` (the whole when ``count`` is 1), each table written in ``layout`` as
+    files that begin with the step's number."""
     con = connect(threads)
     con.execute(f"CALL dbgen(sf={scale}" + (f", children={count}, step={step})" if count > 1 else ")"))
     for table in TABLES:
-        _write(con, table, os.path.join(path, table), f"{step:03d}")
+        columns = con.execute(f"DESCRIBE {table}").fetchall()
+        select = f"SELECT {', '.join(_stored(name, kind) for name, kind, *_ in columns)} FROM {table}"
+        _write(con, select, os.path.join(path, table), f"{step:03d}", layout)
         if log:
             log(f"wrote {table}")
     con.close()
 
 
-def _write(con, table: str, folder: str, prefix: str) -> None:
-    columns = con.execute(f"DESCRIBE {table}").fetchall()
-    select = ", ".join(_stored(name, kind) for name, kind, *_ in columns)
-    rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    files = max(1, math.ceil(rows / ROWS_PER_FILE))
-    if files == 1:
-        con.execute(f"COPY (SELECT {select} FROM {table}) TO '{folder}/{prefix}-0.parquet' (FORMAT parquet)")
+def _write(con, select: str, folder: str, prefix: str, layout: str) -> None:
+    """The rows of ``select`` as parquet files in ``folder``, in ``layout``, each file's name beginning with
+    ``prefix``."""
+    if layout == "suite":
+        _slices(con, select, folder, prefix)
+    elif layout == "pyarrow":
+        import pyarrow.parquet as pq
+
+        pq.write_table(con.execute(select).to_arrow_table(), f"{folder}/{prefix}-0.parquet",
+                       row_group_size=PYARROW_ROWS)
+    elif layout == "one-file":
+        con.execute(f"COPY ({select}) TO '{folder}/{prefix}-0.parquet' ({_duckdb_parquet()})")
+    else:
+        options = (f"PER_THREAD_OUTPUT, ROW_GROUP_SIZE {THREAD_ROWS}" if layout == "duckdb-threads"
+                   else f"ROW_GROUPS_PER_FILE 1, ROW_GROUP_SIZE {DUCKDB_ROWS}")
+        _copy_files(con, select, folder, prefix, options)
+
+
+def _slices(con, select: str, folder: str, prefix: str) -> None:
+    """Contiguous slices of the rows, each a file of at most :data:`ROWS_PER_FILE`: the rows of one order stay
+    together, as dbgen made them."""
+    rows = con.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
+    count = max(1, math.ceil(rows / ROWS_PER_FILE))
+    if count == 1:
+        con.execute(f"COPY ({select}) TO '{folder}/{prefix}-0.parquet' ({_duckdb_parquet()})")
         return
-    # contiguous slices of the table, each a file: rows of one order stay together, as dbgen made them
-    per = math.ceil(rows / files)
-    for i in range(files):
-        con.execute(f"COPY (SELECT {select} FROM {table} LIMIT {per} OFFSET {i * per}) "
-                    f"TO '{folder}/{prefix}-{i}.parquet' (FORMAT parquet)")
+    per = math.ceil(rows / count)
+    for i in range(count):
+        con.execute(f"COPY ({select} LIMIT {per} OFFSET {i * per}) TO '{folder}/{prefix}-{i}.parquet' "
+                    f"({_duckdb_parquet()})")
+
+
+def _duckdb_parquet() -> str:
+    return f"FORMAT parquet, ROW_GROUP_SIZE {DUCKDB_ROWS}"
+
+
+def _copy_files(con, select: str, folder: str, prefix: str, options: str) -> None:
+    """DuckDB's COPY of the rows into files of its own naming (in a folder of their own, as steps side by side
+    write one table), then moved into ``folder`` under ``prefix``."""
+    own = os.path.join(folder, f".{prefix}")
+    con.execute(f"COPY ({select}) TO '{own}' (FORMAT parquet, {options})")
+    for name in sorted(os.listdir(own)):
+        os.replace(os.path.join(own, name), os.path.join(folder, f"{prefix}-{name}"))
+    os.rmdir(own)
 
 
 def _stored(name: str, kind: str) -> str:

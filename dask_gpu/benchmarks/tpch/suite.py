@@ -48,6 +48,7 @@ class Plan:
     protocol: str
     repeat: int
     timeout: float
+    layout: str = "suite"
 
     @property
     def steps(self) -> int:
@@ -55,7 +56,7 @@ class Plan:
 
 
 def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
-         timeout=None, engines=None) -> Plan:
+         timeout=None, engines=None, layout="suite") -> Plan:
     """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
     if size not in SIZES:
         raise ValueError(f"--size {size}: the tpch suite has {' and '.join(SIZES)}")
@@ -63,8 +64,10 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
     if not 0 < scale <= MAX_SCALE:
         raise ValueError(f"--scale must be a scale factor above 0 and at most {MAX_SCALE:,} (1 is about 1 GB of data), "
                          f"not {scale:g}")
-    path = path or os.path.join(tempfile.gettempdir(), f"dask-gpu-tpch-sf{scale:g}")
-    if data.stale(path, scale):  # data to write: there, now
+    data.check_layout(layout)
+    path = path or os.path.join(tempfile.gettempdir(), f"dask-gpu-tpch-sf{scale:g}"
+                                + ("" if layout == "suite" else f"-{layout}"))
+    if data.stale(path, scale, layout):  # data to write: there, now
         data_directory(path)
     names, timeout = tuple(workloads or WORKLOADS), timeout or TIMEOUT
     kinds = _kinds(engines)
@@ -79,7 +82,7 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
         if find_spec(library) is None and (engines is None or kind in kinds):
             notes.append(f"{library.replace('_', '-')} is not installed: no {kind} column")
     cols = [col for col in cols if kinds is None or col[1] in kinds]
-    return Plan(size, scale, path, names, tuple(cols), tuple(notes), protocol, int(repeat), timeout)
+    return Plan(size, scale, path, names, tuple(cols), tuple(notes), protocol, int(repeat), timeout, layout)
 
 
 def _kinds(engines) -> set | None:
@@ -118,12 +121,13 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> di
     from dask_gpu.dataframe.scheduler import quiet_shuffle_logs
 
     quiet_shuffle_logs()
-    data.generate(plan.path, plan.scale, log)
+    data.generate(plan.path, plan.scale, log, plan.layout)
     if progress:
         progress("reference answers (DuckDB)")
     answers = references(plan)
-    result = {"suite": "tpch", "size": plan.size, "scale": plan.scale, "data": plan.path, "protocol": plan.protocol,
-              "repeat": plan.repeat, "timeout": plan.timeout, "workloads": {n: WORKLOADS[n] for n in plan.workloads},
+    result = {"suite": "tpch", "size": plan.size, "scale": plan.scale, "data": plan.path, "layout": plan.layout,
+              "protocol": plan.protocol, "repeat": plan.repeat, "timeout": plan.timeout,
+              "workloads": {n: WORKLOADS[n] for n in plan.workloads},
               "machine": machine_dict(), "columns": [label for label, _, _ in plan.columns], "runs": [],
               "notes": list(plan.notes)}
 
@@ -283,7 +287,9 @@ def totals(result: dict) -> dict:
 
 
 def table(result: dict) -> str:
-    head = (f"TPC-H at scale factor {result['scale']:g} ({result['data']}); each time is the best of "
+    layout = result.get("layout", "suite")
+    head = (f"TPC-H at scale factor {result['scale']:g} ({result['data']}"
+            + ("" if layout == "suite" else f", {layout}: {data.LAYOUTS[layout]}") + "); each time is the best of "
             f"{result['repeat']} after a first run, from the call to the answer; ✓ where it equals DuckDB's")
     lines = [head, runs_table(result, ok=" ✓")]
     for label, t in result.get("totals", {}).items():
