@@ -114,3 +114,20 @@ def test_the_bench_s_help_names_every_layout_and_a_bad_one_is_refused_early():
     assert all(layout in shown for layout in data.LAYOUTS)
     refused = CliRunner().invoke(gpu, ["bench", "--suite", "tpch", "--layout", "orc"])
     assert refused.exit_code == 2 and "--layout orc: choose from suite" in refused.output
+
+
+def test_duckdb_writes_a_column_chunk_as_one_page_and_pyarrow_as_many(layouts):
+    """What makes the per-thread layout slow to decode on a GPU, as ``benchmarks/parquet_pages.py`` reads it from the
+    page headers: DuckDB's column chunks are a page each, pyarrow's pages a mebibyte."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "parquet_pages.py")
+
+    def pages_a_chunk(layout) -> float:
+        out = subprocess.run([sys.executable, script, os.path.join(layouts[layout], "lineitem"), "l_comment"],
+                             capture_output=True, text=True, check=True).stdout
+        return float(out.split("(median ")[1].split(" a chunk")[0])
+
+    assert pages_a_chunk("duckdb-threads") == 1
+    assert pages_a_chunk("pyarrow") > 1
