@@ -257,6 +257,44 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
     click.echo(json.dumps(rows, indent=2) if as_json else report.cluster_text(cluster, rows))
 
 
+_SUITE_OPTIONS = {"--shape": ("array",), "--chunks": ("array",), "--cpu-budget": ("array",), "--rows": ("dataframe",),
+                  "--scale": ("tpch",), "--engines": ("tpch",), "--layout": ("tpch",), "--data": ("dataframe", "tpch")}
+
+
+def _check_suite_options(suite: str, given: dict) -> None:
+    """A usage error naming the options given that belong to other suites."""
+    wrong = [option for option, value in given.items() if value is not None and suite not in _SUITE_OPTIONS[option]]
+    if wrong:
+        theirs = sorted({name for option in wrong for name in _SUITE_OPTIONS[option]})
+        raise click.UsageError(f"{', '.join(wrong)}: options of --suite {' or '.join(theirs)}, not of --suite {suite}")
+
+
+def _check_outputs(json_path, plot_path) -> None:
+    """--json and --plot checked before the run, not after it."""
+    if plot_path and find_spec("matplotlib") is None:
+        raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
+    for path, flag in ((json_path, "--json"), (plot_path, "--plot")):
+        why = path and _unwritable(path)
+        if why:
+            raise click.UsageError(f"{flag} {path}: cannot be written here ({why}); give a writable path")
+
+
+def _write_data(suite: str, plan) -> None:
+    """The data suite's data, written with a progress bar where it is not there yet; a full disk in one line."""
+    from dask_gpu.benchmarks import dataframe
+    from dask_gpu.benchmarks.tpch import data as tpch_data
+
+    try:
+        if suite == "dataframe" and dataframe.stale(plan.data):
+            with _Bar(plan.data.files + plan.data.right_files, "writing data") as bar:
+                dataframe.generate(plan.data, log=bar.step)
+        if suite == "tpch" and tpch_data.stale(plan.path, plan.scale, plan.layout):
+            with _Bar(tpch_data.log_lines(plan.scale), "writing data") as bar:
+                tpch_data.generate(plan.path, plan.scale, log=bar.step, layout=plan.layout)
+    except OSError as e:  # a full disk, say: one line that says where
+        raise click.ClickException(str(e)) from None
+
+
 @gpu.command(name="bench")
 @click.option("--suite", type=click.Choice(["array", "dataframe", "tpch", "ml"]), default="array", show_default=True,
               help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, the 22 "
@@ -305,21 +343,10 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
     from dask_gpu.benchmarks.tpch import suite as tpch
 
     module = {"dataframe": dataframe, "tpch": tpch, "ml": ml}.get(suite, seed)
-    owners = {"--shape": (shape, ("array",)), "--chunks": (chunks, ("array",)),
-              "--cpu-budget": (cpu_budget, ("array",)), "--rows": (rows, ("dataframe",)),
-              "--scale": (scale, ("tpch",)), "--engines": (engines, ("tpch",)), "--layout": (layout, ("tpch",)),
-              "--data": (data_dir, ("dataframe", "tpch"))}
-    wrong = [option for option, (value, owner) in owners.items() if value is not None and suite not in owner]
-    if wrong:
-        theirs = sorted({name for option in wrong for name in owners[option][1]})
-        raise click.UsageError(f"{', '.join(wrong)}: options of --suite {' or '.join(theirs)}, not of --suite {suite}")
+    _check_suite_options(suite, {"--shape": shape, "--chunks": chunks, "--cpu-budget": cpu_budget, "--rows": rows,
+                                 "--scale": scale, "--engines": engines, "--layout": layout, "--data": data_dir})
     names = [w.strip() for w in workloads.split(",")] if workloads else list(module.WORKLOADS)
-    if plot_path and find_spec("matplotlib") is None:
-        raise click.UsageError("--plot needs matplotlib: pip install 'dask-gpu[bench]'")
-    for path, flag in ((json_path, "--json"), (plot_path, "--plot")):  # before the run, not after it
-        why = path and _unwritable(path)
-        if why:
-            raise click.UsageError(f"{flag} {path}: cannot be written here ({why}); give a writable path")
+    _check_outputs(json_path, plot_path)
     checkpoint = functools.partial(_write_json, json_path) if json_path else None
     try:  # every argument checked before anything runs
         if suite == "dataframe":
@@ -338,16 +365,8 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
                                     timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
     except (ValueError, ImportError) as e:
         raise click.UsageError(str(e)) from None
-    try:
-        if suite == "dataframe" and dataframe.stale(plan.data):
-            files = plan.data.files + plan.data.right_files
-            with _Bar(files, "writing data") as bar:
-                dataframe.generate(plan.data, log=bar.step)
-        if suite == "tpch" and tpch.data.stale(plan.path, plan.scale, plan.layout):
-            with _Bar(tpch.data.log_lines(plan.scale), "writing data") as bar:
-                tpch.data.generate(plan.path, plan.scale, log=bar.step, layout=plan.layout)
-    except OSError as e:  # a full disk, say: one line that says where
-        raise click.ClickException(str(e)) from None
+    if suite in ("dataframe", "tpch"):
+        _write_data(suite, plan)
     with _Bar(steps, "running") as bar:
         results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)
     click.echo(module.table(results))

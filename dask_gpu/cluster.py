@@ -85,47 +85,15 @@ class LocalCUDACluster(SpecCluster):
         Any other keyword is a TypeError that names it, before anything starts.
     """  # noqa: E501  (a parameter entry naming several keywords is one line)
 
-    def __init__(
-        self,
-        CUDA_VISIBLE_DEVICES=None,
-        n_workers=None,
-        threads_per_worker=None,
-        memory_limit="default",
-        device_memory_limit="default",
-        enable_cudf_spill=None,
-        cudf_spill_stats=None,
-        local_directory=None,
-        protocol=None,
-        enable_tcp_over_ucx=None,
-        enable_infiniband=None,
-        enable_nvlink=None,
-        enable_rdmacm=None,
-        rmm_pool_size=None,
-        rmm_maximum_pool_size=None,
-        rmm_managed_memory=None,
-        rmm_async=None,
-        rmm_allocator_external_lib_list=None,
-        rmm_release_threshold=None,
-        rmm_log_directory=None,
-        rmm_track_allocations=None,
-        log_spilling=None,
-        pre_import=None,
-        *,
-        dashboard_address=None,
-        resources=None,
-        cpu_workers=None,
-        cpu_affinity=None,
-        host=None,
-        scheduler_port=0,
-        interface=None,
-        security=None,
-        silence_logs=logging.WARN,
-        scheduler_kwargs=None,
-        allocator=None,
-        worker_saturation=None,
-        worker_class=None,
-        **kwargs,
-    ):
+    def __init__(self, CUDA_VISIBLE_DEVICES=None, n_workers=None, threads_per_worker=None, memory_limit="default",
+                 device_memory_limit="default", enable_cudf_spill=None, cudf_spill_stats=None, local_directory=None,
+                 protocol=None, enable_tcp_over_ucx=None, enable_infiniband=None, enable_nvlink=None,
+                 enable_rdmacm=None, rmm_pool_size=None, rmm_maximum_pool_size=None, rmm_managed_memory=None,
+                 rmm_async=None, rmm_allocator_external_lib_list=None, rmm_release_threshold=None,
+                 rmm_log_directory=None, rmm_track_allocations=None, log_spilling=None, pre_import=None, *,
+                 dashboard_address=None, resources=None, cpu_workers=None, cpu_affinity=None, host=None,
+                 scheduler_port=0, interface=None, security=None, silence_logs=logging.WARN, scheduler_kwargs=None,
+                 allocator=None, worker_saturation=None, worker_class=None, **kwargs):  # dask-cuda's order first
         # every keyword as given (super() puts __class__ among the locals), resolved in one place
         given = {k: v for k, v in locals().items()
                  if k not in ("self", "kwargs", "CUDA_VISIBLE_DEVICES", "n_workers", "__class__")}
@@ -137,14 +105,7 @@ class LocalCUDACluster(SpecCluster):
             n_workers = parse.count(n_workers, "n_workers")
         n_workers = len(self.devices) if n_workers is None else n_workers
         self._check_count(n_workers, minimum=0 if options.cpu_workers else 1)  # as dask-cuda: at least one worker
-        self._warming = None
-        if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
-            self._warming = start.warm_client()  # the client's dask-cudf, while the workers start
-        self._undo_cudf_spill = None
-        if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
-            self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
-        if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
-            dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
+        self._prepare_this_process()
         self._n_total = len(self.devices) + options.cpu_workers  # host memory is split across all possible workers
         self._gpu_names = {d.label for _, d in self.devices}
         self._dashboard = bool(options.dashboard_address) and find_spec("bokeh") is not None
@@ -155,6 +116,18 @@ class LocalCUDACluster(SpecCluster):
             workers[self.devices[position][1].label] = self._spec(position)
         super().__init__(workers=workers, scheduler=self._scheduler_spec(options), worker=self._spec(0),
                          security=options.security, silence_logs=options.silence_logs, **options.spec_cluster)
+
+    def _prepare_this_process(self) -> None:
+        """What the client and the scheduler here need as the workers start: dask-cudf warmed, cuDF's spilling,
+        UCX's settings."""
+        self._warming = None
+        if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
+            self._warming = start.warm_client()  # the client's dask-cudf, while the workers start
+        self._undo_cudf_spill = None
+        if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
+            self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
+        if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
+            dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
 
     @property
     def options(self) -> WorkerOptions:

@@ -233,23 +233,7 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None,
     """
     index_t = "long long" if wide else "unsigned int"
     b = Builder()
-    params, loads, helpers = [], [], []
-    index = " + ".join(f"i{k} * {{a}}{k}" for k in range(ndim)) or "0"
-    for j, (kind, what) in enumerate(leaves):
-        if kind == "array":
-            params.append(f"const {ctype(what)}* __restrict__ x{j}")
-            params += [f"long long x{j}s{k}" for k in range(ndim)]
-            loads.append(b.let(what, f"x{j}[{index.format(a=f'x{j}s')}]"))
-        else:
-            nparams = len(what.params)
-            helpers.append(draw_source(what.method, nparams, what.dtype, f"draw{j}"))
-            params.append(f"unsigned long long d{j}, unsigned int d{j}s0, unsigned int d{j}s1, "
-                          f"unsigned int d{j}k0, unsigned int d{j}k1"
-                          + "".join(f", {t} d{j}p{i}" for i, t in enumerate(param_types(what.method, nparams))))
-            params += [f"unsigned long long d{j}a{k}" for k in range(ndim)]
-            args = ", ".join([f"d{j} + {index.format(a=f'd{j}a')}", f"d{j}s0, d{j}s1, d{j}k0, d{j}k1"]
-                             + [f"d{j}p{i}" for i in range(nparams)])
-            loads.append(b.let(what.dtype, f"draw{j}({args})"))
+    params, loads, helpers = _leaf_parameters(b, leaves, ndim)
     result = body(b, loads)
     if not isinstance(result, Sym):
         raise Unsupported("an expression of constants")
@@ -277,6 +261,29 @@ def kernel_source(leaves: tuple, ndim: int, body, out_dtype, reduce: str | None,
         + split + statements + work + "  }\n" + (finish or "}\n")
     )
     return source, out_dtype
+
+
+def _leaf_parameters(b, leaves, ndim: int) -> tuple[list, list, list]:
+    """Each leaf's kernel parameters, the symbol of its value at the thread's element, and the helper functions
+    that draws need."""
+    params, loads, helpers = [], [], []
+    index = " + ".join(f"i{k} * {{a}}{k}" for k in range(ndim)) or "0"
+    for j, (kind, what) in enumerate(leaves):
+        if kind == "array":
+            params.append(f"const {ctype(what)}* __restrict__ x{j}")
+            params += [f"long long x{j}s{k}" for k in range(ndim)]
+            loads.append(b.let(what, f"x{j}[{index.format(a=f'x{j}s')}]"))
+            continue
+        nparams = len(what.params)
+        helpers.append(draw_source(what.method, nparams, what.dtype, f"draw{j}"))
+        params.append(f"unsigned long long d{j}, unsigned int d{j}s0, unsigned int d{j}s1, "
+                      f"unsigned int d{j}k0, unsigned int d{j}k1"
+                      + "".join(f", {t} d{j}p{i}" for i, t in enumerate(param_types(what.method, nparams))))
+        params += [f"unsigned long long d{j}a{k}" for k in range(ndim)]
+        args = ", ".join([f"d{j} + {index.format(a=f'd{j}a')}", f"d{j}s0, d{j}s1, d{j}k0, d{j}k1"]
+                         + [f"d{j}p{i}" for i in range(nparams)])
+        loads.append(b.let(what.dtype, f"draw{j}({args})"))
+    return params, loads, helpers
 
 
 def _block_reduce(out_t, combine, identity):

@@ -95,18 +95,8 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
     if rmm_release_threshold is not None and not (name == "async" or use_async):
         raise ValueError(f"rmm_release_threshold={rmm_release_threshold!r} only applies to cudaMallocAsync: "
                          "add rmm_async=True (RMM) or use allocator='async' (CuPy)")
-    # Managed memory may oversubscribe the device: only device memory is bounded by the device's size.
-    pool = _size(rmm_pool_size, "rmm_pool_size", device_memory, bounded=not managed)
-    maximum = _size(rmm_maximum_pool_size, "rmm_maximum_pool_size", device_memory, bounded=not managed)
+    pool, maximum = _pool_sizes(rmm_pool_size, rmm_maximum_pool_size, device_memory, managed, use_async)
     threshold = _size(rmm_release_threshold, "rmm_release_threshold", device_memory)
-    if maximum is not None:
-        if maximum == 0:
-            raise ValueError(f"rmm_maximum_pool_size={rmm_maximum_pool_size!r} must be at least 256 bytes")
-        if pool is None and not use_async:
-            raise ValueError(f"rmm_maximum_pool_size={rmm_maximum_pool_size!r} needs rmm_pool_size (its initial size)")
-        if pool is not None and maximum < pool:
-            raise ValueError(f"rmm_maximum_pool_size={rmm_maximum_pool_size!r} ({maximum} bytes) is smaller than "
-                             f"rmm_pool_size={rmm_pool_size!r} ({pool} bytes)")
     log_directory = _log_directory(rmm_log_directory)
     if installed and name == "rmm" and find_spec("rmm") is None:  # the values first: a bad one is wrong with RMM too
         what = ", ".join(f"{k}={v!r}" for k, v in given.items()) or f"allocator={allocator!r}"
@@ -117,6 +107,22 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
         managed_memory=managed, use_async=use_async, release_threshold=threshold,
         log_directory=log_directory, track_allocations=track, external_libs=libraries,
     )
+
+
+def _pool_sizes(initial, maximum, device_memory: int, managed: bool, use_async: bool) -> tuple:
+    """RMM's initial and maximum pool sizes in bytes (None where not given), checked against each other."""
+    # Managed memory may oversubscribe the device: only device memory is bounded by the device's size.
+    pool = _size(initial, "rmm_pool_size", device_memory, bounded=not managed)
+    most = _size(maximum, "rmm_maximum_pool_size", device_memory, bounded=not managed)
+    if most is not None:
+        if most == 0:
+            raise ValueError(f"rmm_maximum_pool_size={maximum!r} must be at least 256 bytes")
+        if pool is None and not use_async:
+            raise ValueError(f"rmm_maximum_pool_size={maximum!r} needs rmm_pool_size (its initial size)")
+        if pool is not None and most < pool:
+            raise ValueError(f"rmm_maximum_pool_size={maximum!r} ({most} bytes) is smaller than "
+                             f"rmm_pool_size={initial!r} ({pool} bytes)")
+    return pool, most
 
 
 def _libraries(value) -> tuple[str, ...] | None:
