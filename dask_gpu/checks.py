@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dask_gpu.keywords import named_parameters
-from dask_gpu.parse import (address, close, dashboard_address, environment, flag, interface, local_host, log_level,
-                            port, port_range, preloads, seconds)
+from dask_gpu.machine import interface, local_host, preloads
+from dask_gpu.parse import address, close, dashboard_address, environment, flag, log_level, port, port_range, seconds
 
 
 def _strings(value, what):

@@ -11,7 +11,7 @@ from importlib.util import find_spec
 
 import click
 
-from dask_gpu import devices, parse, report
+from dask_gpu import devices, machine, parse, report
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
@@ -65,7 +65,7 @@ def _preload_argv(ctx, param, value):
             raise click.NoSuchOption(flag, possibilities=difflib.get_close_matches(flag, flags, n=1), ctx=ctx)
     if ctx.params.get("preload"):
         try:
-            parse.preloads(ctx.params["preload"], "--preload")  # distributed imports them next: a trace if absent
+            machine.preloads(ctx.params["preload"], "--preload")  # distributed imports them next: a trace if absent
         except ValueError as e:
             raise click.UsageError(str(e), ctx) from None
     return validate_preload_argv(ctx, param, value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 
-from dask_gpu import config, internals, parse
+from dask_gpu import config, internals, machine, parse
 from dask_gpu.imports import when_imported
 
 
@@ -34,7 +34,7 @@ def kernel_cache_env() -> dict:
         return {}
     if not isinstance(cache, str):
         raise ValueError(f"gpu.kernel-cache must be a directory path or null, not {cache!r}")
-    return {"CUPY_CACHE_DIR": parse.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
+    return {"CUPY_CACHE_DIR": machine.directory(os.path.abspath(os.path.expanduser(str(cache))), "gpu.kernel-cache")}
 
 
 def cupy_cache_dir(env: dict | None = None) -> str:

@@ -19,7 +19,7 @@ from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 from distributed.utils import get_ip, get_ip_interface
 
-from dask_gpu import checks, devices, keywords, parse, reach
+from dask_gpu import checks, devices, keywords, machine, parse, reach
 from dask_gpu.options import KEYWORDS, WorkerOptions
 from dask_gpu.scheduler import register as register_scheduler_plugins
 from dask_gpu.spec import worker_specs
@@ -61,7 +61,7 @@ class CUDAWorker:
         keywords.check(resolved.extra, "CUDAWorker", _OWN, resolved.worker_class)
         checks.worker_keywords(resolved.extra, "CUDAWorker")
         if resolved.local_directory:
-            parse.directory(resolved.local_directory)
+            machine.directory(resolved.local_directory)
         self.death_timeout = resolved.extra.get("death_timeout")
         self.selected = devices.select(devices.discover().require("CUDAWorker"), CUDA_VISIBLE_DEVICES)
         self.specs = list(worker_specs(self.selected, resolved, name or socket.gethostname()).values())

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from distributed import SpecCluster
 from distributed.security import Security
 
-from dask_gpu import checks, config, keywords, parse
+from dask_gpu import checks, config, keywords, machine, parse
 from dask_gpu.keywords import parse_worker_class
 from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, implied_protocol, parse_protocol, parse_ucx, usable_protocol
 
@@ -98,7 +98,7 @@ class WorkerOptions:
             device_memory_limit=parse.device_memory_limit(config.get("device_memory_limit", device_memory_limit)),
             resources=MappingProxyType(resources),
             local_directory=parse.local_directory(config.get("local_directory", local_directory)),
-            pre_import=parse.pre_import(config.get("pre_import", pre_import)),
+            pre_import=machine.pre_import(config.get("pre_import", pre_import)),
             protocol=protocol,
             ucx=MappingProxyType(ucx if protocol in (None, *UCX_PROTOCOLS) else {}),  # none where it fell back to TCP
             cpu_affinity=parse.flag(config.get("cpu_affinity", cpu_affinity), "cpu_affinity"),
@@ -167,7 +167,7 @@ class ClusterOptions:
         keywords.check(workers.extra, "LocalCUDACluster", CLUSTER_KEYWORDS, workers.worker_class)
         checks.worker_keywords(workers.extra, "LocalCUDACluster")
         if workers.local_directory:
-            parse.directory(workers.local_directory)
+            machine.directory(workers.local_directory)
         return cls(workers=workers, cpu_workers=n_cpu, host=host, interface=interface, scheduler_port=scheduler_port,
                    dashboard_address=dashboard_address, security=security, silence_logs=silence_logs,
                    scheduler_kwargs=MappingProxyType(dict(scheduler_kwargs or {})),

@@ -1,9 +1,9 @@
-"""The value parsers that every entry point calls: the options, the cluster, the CLI and the compat layer.
+"""The value parsers that every entry point calls: the options, the cluster, the CLI and the compat layer. They
+read what a value says, and ask nothing of the machine (:mod:`dask_gpu.machine` checks values against it).
 
 Sizes (bytes, "16GB"), fractions of a device or of the machine, counts, durations, flags, resources, pre-import
-modules, and what dask-gpu hands on to distributed unchanged: the cluster's scheduler port, host, interface,
-dashboard address, log level and scheduler keywords, and each Nanny's and Worker's timeouts, preloads,
-environment, ports and directory. distributed reads those only in the scheduler or in each worker process, where
+module names, and what dask-gpu hands on to distributed unchanged: the cluster's scheduler port, host, dashboard
+address, log level and scheduler keywords, and each Nanny's and Worker's timeouts, environment and ports. distributed reads those only in the scheduler or in each worker process, where
 a wrong one is a trace per worker ("Nanny failed to start"). Here each is one ValueError (TypeError for an
 unknown keyword), in the calling process before anything starts, naming the keyword, its valid forms and, where
 there is one, the closest valid value.
@@ -16,9 +16,7 @@ import ipaddress
 import math
 import os
 import re
-import socket
 from collections.abc import Mapping
-from importlib.util import find_spec
 
 from dask.utils import byte_sizes, parse_timedelta
 from distributed.comm.addressing import unparse_host_port
@@ -76,30 +74,6 @@ def host(value, what: str = "host") -> str:
                 return value
     raise ValueError(f"{what}={value!r} is not a host: give an IP address or a host name, e.g. '127.0.0.1' "
                      "(this machine only) or '0.0.0.0' (every interface)")
-
-
-def local_host(value, what: str = "host") -> str:
-    """A host (as :func:`host`) that names an address of this machine: one a server here can listen on."""
-    value = host(value, what)
-    try:
-        family, kind, _, _, address = socket.getaddrinfo(value.strip().strip("[]"), 0, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind) as probe:
-            probe.bind(address)
-    except OSError as e:  # gaierror: no such name; EADDRNOTAVAIL: another machine's address
-        raise ValueError(f"{what}={value!r} is not an address of this machine ({e.strerror or e}): give one of "
-                         "its addresses, e.g. '127.0.0.1', or '0.0.0.0' for every interface") from None
-    return value
-
-
-def interface(value, what: str = "interface") -> str:
-    """A network interface of this machine, as psutil lists them."""
-    import psutil
-
-    names = sorted(psutil.net_if_addrs())
-    if not isinstance(value, str) or value not in names:
-        raise ValueError(f"{what}={value!r} is not a network interface of this machine: it has "
-                         f"{', '.join(names)}{close(value, names)}")
-    return value
 
 
 def address(value, what: str, default_port: int | None = None) -> str:
@@ -170,34 +144,6 @@ def log_level(value, what: str = "silence_logs"):
                      f"{close(str(value).lower(), names)}")
 
 
-def directory(value, what: str = "local_directory") -> str:
-    """A directory the workers can write in: made here now (distributed would make it in each worker)."""
-    try:
-        os.makedirs(value, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{what}={value!r} cannot be made ({e.strerror}): give a directory the workers can "
-                         "write in") from None
-    if not os.access(value, os.W_OK | os.X_OK):
-        raise ValueError(f"{what}={value!r} is not writable: give a directory the workers can write in")
-    return value
-
-
-def preloads(value, what: str) -> list:
-    """Module names, .py files or URLs, as distributed's preload takes them; modules and files must exist."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in items):
-        raise ValueError(f"{what}={value!r} must be a module name, a .py file or a URL, or a list of them")
-    for item in items:
-        if "://" in item:
-            continue
-        if item.endswith(".py") or os.sep in item:
-            if not os.path.isfile(item):
-                raise ValueError(f"{what}: the file {item!r} does not exist")
-        elif not all(part.isidentifier() for part in item.split(".")) or _find(item) is None:
-            raise ValueError(f"{what}: {item!r} is not an installed module (nor a .py file or a URL)")
-    return list(items)
-
-
 def environment(value, what: str = "env") -> Mapping:
     """Environment variables for the worker processes: names to values (written as text)."""
     if not isinstance(value, Mapping):
@@ -207,13 +153,6 @@ def environment(value, what: str = "env") -> Mapping:
         if not isinstance(name, str) or not name or "=" in name or "\0" in name:
             raise ValueError(f"{what}: {name!r} is not an environment variable name")
     return value
-
-
-def _find(name: str):
-    try:
-        return find_spec(name)
-    except (ImportError, ValueError):  # a missing parent package
-        return None
 
 
 # -- sizes, counts, modules -------------------------------------------------------------------
@@ -422,7 +361,9 @@ def _resource_amount(name: str, amount) -> float:
     return number
 
 
-def pre_import(value, check_installed: bool = True) -> tuple[str, ...]:
+def pre_import(value) -> tuple[str, ...]:
+    """Module names, from ``"json,numpy"`` or a list (whether they are installed is
+    :func:`dask_gpu.machine.pre_import`'s to say)."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -434,16 +375,7 @@ def pre_import(value, check_installed: bool = True) -> tuple[str, ...]:
     for name in names:
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
             raise ValueError(f"pre_import entry {name!r} is not a module name")
-        if check_installed and _find(name) is None:  # workers share this Python: fail now, not in a worker
-            error = PreImportError(f"pre_import: ModuleNotFoundError: No module named {name!r}: install it, or drop "
-                                   "it from pre_import")
-            error.name = name
-            raise error
     return tuple(names)
-
-
-class PreImportError(ValueError, ModuleNotFoundError):
-    """A pre_import module that is not installed: a ValueError, and the ModuleNotFoundError a worker would raise."""
 
 
 def local_directory(value) -> str | None:

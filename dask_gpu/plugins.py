@@ -180,7 +180,7 @@ class PreImport(WorkerPlugin):
     def __init__(self, libraries):
         from dask_gpu.parse import pre_import
 
-        self.libraries = list(pre_import(libraries, check_installed=False))  # the worker's Python decides
+        self.libraries = list(pre_import(libraries))  # the worker's Python decides
 
     def setup(self, worker=None):
         import_modules(self.libraries, worker)

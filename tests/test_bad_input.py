@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from dask_gpu import config, devices, options
+from dask_gpu import machine
 from dask_gpu import parse as parsers
 from dask_gpu.cli import gpu
 from dask_gpu.cluster import LocalCUDACluster
@@ -297,7 +298,7 @@ module_names = st.sampled_from(["json", "xml.dom", "os.path, json", "json xml", 
 @example(True).via("found: TypeError")
 @example({"json": 1}).via("found: ('json',)")
 def test_parse_pre_import(value):
-    result = outcome(parsers.pre_import, value)
+    result = outcome(machine.pre_import, value)
     if result is not None:
         assert type(result) is tuple
         assert all(type(name) is str and find_spec(name) is not None for name in result)
