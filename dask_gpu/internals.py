@@ -6,8 +6,9 @@ changes it breaks this file. Their public APIs (pylibcudf's ``plc.*``, ``dask.ta
 directly, where they are needed. Two kinds of use stand outside it, each in the module whose job it is:
 dask-gpu's subclasses of dask's expressions (``dask_gpu.dataframe``) define and call the methods by which
 dask's optimizer asks an expression of itself (``_meta``, ``_simplify_up``, ``_lower``, ``_layer``), as
-dask-cudf's do; and the device shuffle's run (``dask_gpu.dataframe.shuffle``) takes over the members of
-distributed's ``ShuffleRun`` that it overrides.
+dask-cudf's do; and the device shuffle's run (``dask_gpu.dataframe.shuffle``) overrides the members of
+distributed's ``ShuffleRun`` by which a run receives, hands out and places its partitions (``_receive``,
+``_get_output_partition``, ``_get_assigned_worker``); what else of the run it uses is reached through here.
 
 It stands on the ground floor: it imports nothing of dask-gpu, and nothing of these libraries until a
 caller uses a name, so that ``import dask_gpu`` works without cuDF and imports no private module
@@ -134,6 +135,29 @@ def shuffle_run_arguments(shuffle_id, run_id, span_id, plugin) -> dict:
         "disk": False,
         "loop": worker.loop,
     }
+
+
+def shuffle_run_metrics(run, where: str):
+    """The context in which a :class:`ShuffleRun`'s work counts in its metrics, as ``where`` ("foreground")."""
+    return run._capture_metrics(where)
+
+
+def shuffle_run_ship(run, shipments: dict) -> None:
+    """Hand a run's ``shipments`` (worker address -> (input partition, payload)) to its comm buffer, from a task's
+    thread: the run's event loop sends them."""
+    from distributed.utils import sync
+
+    sync(run._loop, run._write_to_comm, shipments)
+
+
+async def shuffle_run_send(run, address: str, payload):
+    """One send of the run's ``payload`` to the worker at ``address`` (distributed's send, without its retries)."""
+    return await run._send(address, payload)
+
+
+def shuffle_run_failed(run, error: BaseException) -> None:
+    """Record ``error`` on the run, which raises it to the tasks that use the run next."""
+    run._exception = error
 
 
 def worker_alias(scheduler, alias):

@@ -3,10 +3,10 @@ read what a value says, and ask nothing of the machine (:mod:`dask_gpu.machine` 
 
 Sizes (bytes, "16GB"), fractions of a device or of the machine, counts, durations, flags, resources, pre-import
 module names, and what dask-gpu hands on to distributed unchanged: the cluster's scheduler port, host, dashboard
-address, log level and scheduler keywords, and each Nanny's and Worker's timeouts, environment and ports. distributed reads those only in the scheduler or in each worker process, where
-a wrong one is a trace per worker ("Nanny failed to start"). Here each is one ValueError (TypeError for an
-unknown keyword), in the calling process before anything starts, naming the keyword, its valid forms and, where
-there is one, the closest valid value.
+address, log level and scheduler keywords, and each Nanny's and Worker's timeouts, environment and ports.
+distributed reads those only in the scheduler or in each worker process, where a wrong one is a trace per worker
+("Nanny failed to start"). Here each is one ValueError (TypeError for an unknown keyword), in the calling process
+before anything starts, naming the keyword, its valid forms and, where there is one, the closest valid value.
 """
 
 from __future__ import annotations

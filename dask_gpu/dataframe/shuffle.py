@@ -30,7 +30,6 @@ from typing import Any
 from dask.sizeof import sizeof
 from distributed.metrics import context_meter, thread_time
 from distributed.protocol import cuda_deserialize, cuda_serialize, dask_deserialize, dask_serialize
-from distributed.utils import sync
 
 from dask_gpu import internals
 from dask_gpu.dataframe import tables
@@ -104,7 +103,7 @@ class DeviceShuffleRun(internals.ShuffleRun):
             raise RuntimeError(f"Cannot add more partitions to {self}")
         self.validate_data(data)
         with (
-            self._capture_metrics("foreground"),
+            internals.shuffle_run_metrics(self, "foreground"),
             context_meter.meter("p2p-shard-partition-noncpu"),
             context_meter.meter("p2p-shard-partition-cpu", func=thread_time),
         ):
@@ -120,7 +119,7 @@ class DeviceShuffleRun(internals.ShuffleRun):
         self._keep(mine)
         if theirs:
             shipments = {worker: (partition_id, Shipment(items)) for worker, items in theirs.items()}
-            sync(self._loop, self._write_to_comm, shipments)
+            internals.shuffle_run_ship(self, shipments)
         return self.run_id
 
     def _keep(self, items: list) -> None:
@@ -131,8 +130,9 @@ class DeviceShuffleRun(internals.ShuffleRun):
 
     async def send(self, address: str, shards: list):
         shipment = Shipment([item for _, s in shards for item in s.items])
-        return await internals.retry(partial(self._send, address, shipment), count=self.RETRY_COUNT,
-                                     delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
+        return await internals.retry(partial(internals.shuffle_run_send, self, address, shipment),
+                                     count=self.RETRY_COUNT, delay_min=self.RETRY_DELAY_MIN,
+                                     delay_max=self.RETRY_DELAY_MAX)
 
     async def _receive(self, data: Shipment) -> None:
         self.raise_if_closed()
@@ -142,7 +142,7 @@ class DeviceShuffleRun(internals.ShuffleRun):
         try:
             await self.offload(self._keep, fresh)  # may spill: not on the event loop
         except Exception as e:
-            self._exception = e
+            internals.shuffle_run_failed(self, e)
             raise
 
     # -- outputs -----------------------------------------------------------------------------------
