@@ -15,7 +15,7 @@ from distributed import SpecCluster
 from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
-from dask_gpu import devices, parse
+from dask_gpu import devices, internals, parse
 from dask_gpu.dataframe import start
 from dask_gpu.dataframe.scheduler import shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
@@ -207,7 +207,7 @@ class LocalCUDACluster(SpecCluster):
             del self.worker_spec[name]
         for _ in range(n - len(gpu)):
             self.worker_spec.update(self.new_worker_spec())
-        self.loop.add_callback(self._correct_state)
+        internals.correct_cluster_state(self)
         if self.asynchronous:
             return NoOpAwaitable()
 

@@ -160,6 +160,22 @@ def shuffle_run_failed(run, error: BaseException) -> None:
     run._exception = error
 
 
+def correct_cluster_state(cluster) -> None:
+    """Have a ``SpecCluster`` start and stop workers to match its ``worker_spec``, on its event loop (what its own
+    ``scale`` does once it has changed the spec)."""
+    cluster.loop.add_callback(cluster._correct_state)
+
+
+def is_single_partition_broadcast(merge) -> bool:
+    """Whether dask joins ``merge`` by broadcasting a side of one partition."""
+    return merge._is_single_partition_broadcast
+
+
+def partitions_filtered(expr) -> bool:
+    """Whether ``expr``, a ``PartitionsFiltered`` expression, keeps only some of its partitions."""
+    return expr._filtered
+
+
 def worker_alias(scheduler, alias):
     """The worker address that ``alias`` stands for on the scheduler (a worker's name is one), or None."""
     return scheduler.aliases.get(alias)

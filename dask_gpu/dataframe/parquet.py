@@ -244,7 +244,7 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
             return self._index_only(parent, dependents)
         if isinstance(parent, internals.Filter) and self._filter_passthrough_available(parent, dependents):
             return self._with_filters(parent)
-        if isinstance(parent, internals.Len) and not self.filters and not self._filtered:
+        if isinstance(parent, internals.Len) and not self.filters and not internals.partitions_filtered(self):
             return internals.Literal(sum(g.rows for f in self._footers for g in f.row_groups))
         return super()._simplify_up(parent, dependents)
 

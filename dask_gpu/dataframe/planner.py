@@ -83,7 +83,7 @@ class PlannedMerge(internals.Merge):
     def _concatenated(self) -> str | None:
         """The side made one partition to be broadcast ("left" or "right"), where dask would broadcast one of
         several partitions."""
-        if self._is_single_partition_broadcast or not super().is_broadcast_join:
+        if internals.is_single_partition_broadcast(self) or not super().is_broadcast_join:
             return None
         return self.broadcast_side
 
