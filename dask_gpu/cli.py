@@ -27,14 +27,16 @@ def _seconds(ctx, param, value):
 
 
 def _libraries(ctx, param, value):
-    """--set-rmm-allocator-for-libs: comma-separated names among cupy and torch."""
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    wrong = [n for n in names if n not in ("cupy", "torch")]
-    if wrong or not names:
-        raise click.BadParameter(f"{value!r}: give libraries among cupy, torch, comma-separated (e.g. cupy,torch)")
-    return names
+    """--set-rmm-allocator-for-libs: comma-separated names among cupy and torch, as the cluster reads them."""
+    from dask_gpu.memory.allocator import RMM_LIBRARIES
+
+    try:
+        names = parse.names_among(value, RMM_LIBRARIES, "rmm_allocator_external_lib_list", "libraries")
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    if names == ():
+        raise click.BadParameter(f"{value!r} names no library: give cupy, torch or both, comma-separated")
+    return None if names is None else list(names)
 
 
 # Flags of older dask-cuda versions: what to do instead.

@@ -22,7 +22,7 @@ from distributed.security import Security
 
 from dask_gpu import checks, config, keywords, machine, parse
 from dask_gpu.keywords import parse_worker_class
-from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, implied_protocol, parse_protocol, parse_ucx, usable_protocol
+from dask_gpu.ucx import UCX_PROTOCOLS, UCX_TRANSPORTS, implied_protocol, parse_ucx, usable_protocol
 
 ALLOCATOR_KEYS = (
     "allocator",
@@ -81,7 +81,7 @@ class WorkerOptions:
         allocator = {key: config.get(key, extra.pop(key, None)) for key in ALLOCATOR_KEYS}
         chosen = {k: v for k in UCX_TRANSPORTS if (v := extra.pop(k, None)) is not None}
         transports = {UCX_TRANSPORTS[k]: parse.flag(v, k) for k, v in chosen.items()}
-        asked = parse_protocol(config.get("protocol", protocol))
+        asked = parse.protocol(config.get("protocol", protocol))
         ucx = parse_ucx(asked, transports)
         protocol = usable_protocol(asked)
         check_allocator_keywords(allocator, ucx)

@@ -62,6 +62,37 @@ def port(value, what: str) -> int:
     return int(text)
 
 
+def protocol(value) -> str | None:
+    """A comm protocol, as a cluster's ``protocol=`` names it ("ucx", "tcp://"); None: distributed's default."""
+    if value is None:
+        return None
+    name = str(value).strip().lower().removesuffix("://")
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol {value!r} is not one of tcp, tls, ucx, inproc, ws, wss")
+    return name
+
+
+def choice(value, choices, what: str) -> str | None:
+    """One of ``choices``, in any case; None where not given."""
+    if value is None:
+        return None
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name not in choices:
+        raise ValueError(f"{what}={value!r} is not one of {', '.join(map(repr, choices))}")
+    return name
+
+
+def names_among(value, choices, what: str, kind: str = "names") -> tuple[str, ...] | None:
+    """Names among ``choices`` (of ``kind``), as "a,b" or a list, each once; None where not given."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in choices for n in names):
+        raise ValueError(f"{what}={value!r} must name {kind} among {', '.join(choices)}, as "
+                         f"{','.join(reversed(choices))!r} or {list(reversed(choices))!r}")
+    return tuple(dict.fromkeys(names))
+
+
 def host(value, what: str = "host") -> str:
     """An IP address or a host name, as the scheduler and workers bind to it."""
     if isinstance(value, str) and value.strip():

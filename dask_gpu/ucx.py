@@ -28,15 +28,6 @@ UCX_TRANSPORTS = {
 }
 
 
-def parse_protocol(value) -> str | None:
-    if value is None:
-        return None
-    protocol = str(value).strip().lower().removesuffix("://")
-    if protocol not in ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss"):
-        raise ValueError(f"protocol {value!r} is not one of tcp, tls, ucx, inproc, ws, wss")
-    return protocol
-
-
 def parse_ucx(protocol: str | None, transports: Mapping[str, bool]) -> dict:
     """The distributed-ucxx settings for the transports chosen (distributed-ucxx keys -> bool).
 

@@ -307,7 +307,7 @@ def test_parse_pre_import(value):
 @FAST
 @given(anything | st.sampled_from(["tcp", "TLS://", " ucx ", "ws", "http", "tcp:/"]))
 def test_parse_protocol(value):
-    result = outcome(options.parse_protocol, value)
+    result = outcome(parsers.protocol, value)
     assert result is None or result in ("tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss")
     if result is not None:
         assert isinstance(value, str) and result in value.lower()
@@ -317,7 +317,7 @@ def test_parse_protocol(value):
 @given(st.sampled_from(["tcp", "tls", "ucx", "ucxx", "inproc", "ws", "wss"]), st.booleans(), st.booleans())
 def test_protocol_round_trip(protocol, upper, suffix):
     text = f" {protocol.upper() if upper else protocol}{'://' if suffix else ''} "
-    assert options.parse_protocol(text) == protocol
+    assert parsers.protocol(text) == protocol
 
 
 @FAST
@@ -534,7 +534,7 @@ LIBRARY_PARSERS = {
     "device-memory-limit": parsers.device_memory_limit,
     "resources": parsers.resources,
     "cuda-visible-devices": lambda v: devices.select(devices.simulated_system(2), v),
-    "protocol": options.parse_protocol,
+    "protocol": parsers.protocol,
     "pre-import": parsers.pre_import,
 }
 

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import SpecCluster
 
-from dask_gpu import devices, options, parse
+from dask_gpu import devices, parse
 from dask_gpu.cli import gpu
 from dask_gpu.cluster import LocalCUDACluster
 from dask_gpu.keywords import parse_worker_class
@@ -171,7 +171,7 @@ PARSERS = [
     (parse.size, ("1 2GB",), r"'1 2GB' is not a size"),
     (parse.resources, ("A=1 A=2",), r"resource 'A' is given twice"),
     (parse.pre_import, (5,), r"pre_import must be module names .* not 5"),
-    (options.parse_protocol, ("sctp",), r"protocol 'sctp' is not one of"),
+    (parse.protocol, ("sctp",), r"protocol 'sctp' is not one of"),
     (parse.saturation, (0,), r"worker_saturation must be a number > 0"),
     (parse.count, ("x", "things"), r"things must be a whole number >= 0, not 'x'"),
     (apportion_ports, ("9000:99999", None, 1), r"port 99999 is outside 1-65535"),
@@ -224,7 +224,7 @@ CLI = [
     ([*W, "--enable-jit-unspill"], r"--enable-jit-unspill is a flag of older dask-cuda versions"),
     ([*W, "--device-memory-limt", "1GB"], r"No such option '--device-memory-limt'. Did you mean "
                                           r"'--device-memory-limit'"),
-    ([*W, "--set-rmm-allocator-for-libs", "jax"], r"'jax': give libraries among cupy, torch"),
+    ([*W, "--set-rmm-allocator-for-libs", "jax"], r"'jax' must name libraries among cupy, torch"),
     ([*W, "--multiprocessing-method", "thread"], r"'thread' is not one of 'spawn', 'fork', 'forkserver'"),
     ([*W, "--worker-class", "nope.Nope"], r"worker_class 'nope.Nope' cannot be imported"),
     (["worker", "http://x:1"], r"'http' is not a protocol of distributed"),

@@ -396,7 +396,7 @@ def test_pid_file_and_scheduler_file_and_multiprocessing_method(tmp_path):
     (["--device-memory-limt", "1GB"], "No such option '--device-memory-limt'. Did you mean '--device-memory-limit'?"),
     (["--enable-jit-unspill"], "--enable-jit-unspill is a flag of older dask-cuda versions: JIT-unspilling is gone"),
     (["--net-devices", "eth0"], "--net-devices is a flag of older dask-cuda versions: UCX picks"),
-    (["--set-rmm-allocator-for-libs", "jax"], "'jax': give libraries among cupy, torch"),
+    (["--set-rmm-allocator-for-libs", "jax"], "'jax' must name libraries among cupy, torch"),
     (["--multiprocessing-method", "thread"], "'thread' is not one of 'spawn', 'fork', 'forkserver'"),
     (["--worker-class", "parity_worker.Nope"], "worker_class 'parity_worker.Nope' cannot be imported"),
     (["--death-timeout", "soon"], "death_timeout='soon' is not a duration"),

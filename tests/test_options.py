@@ -247,13 +247,13 @@ def test_parse_pre_import_missing_module(value):
     [(None, None), ("tcp", "tcp"), ("TCP://", "tcp"), (" tls ", "tls"), ("inproc", "inproc"), ("ws://", "ws")],
 )
 def test_parse_protocol(value, expected):
-    assert options.parse_protocol(value) == expected
+    assert parse.protocol(value) == expected
 
 
 @pytest.mark.parametrize("value", ["http", "udp://", "", "tcpx"])
 def test_parse_protocol_bad(value):
     with pytest.raises(ValueError, match=rf"protocol {named(value)} is not one of"):
-        options.parse_protocol(value)
+        parse.protocol(value)
 
 
 @pytest.mark.parametrize("value", ["ucx", "UCXX://"])

@@ -20,7 +20,7 @@ from importlib.util import find_spec
 
 from dask.utils import format_bytes
 
-from dask_gpu.parse import flag, in_bytes, size_or_fraction
+from dask_gpu.parse import choice, flag, in_bytes, names_among, size_or_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
     """
     if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
         raise ValueError(f"device_memory must be the device's size in bytes, not {device_memory!r}")
-    name = _allocator_name(allocator)
+    name = choice(allocator, ALLOCATORS, "allocator")
     managed = _flag(rmm_managed_memory, "rmm_managed_memory")
     use_async = _flag(rmm_async, "rmm_async")
     track = _flag(rmm_track_allocations, "rmm_track_allocations")
@@ -80,7 +80,8 @@ def resolve_allocator(allocator=None, rmm_pool_size=None, rmm_maximum_pool_size=
                         rmm_managed_memory=rmm_managed_memory, rmm_async=rmm_async,
                         rmm_log_directory=rmm_log_directory, rmm_track_allocations=rmm_track_allocations,
                         rmm_allocator_external_lib_list=rmm_allocator_external_lib_list)
-    libraries = _libraries(rmm_allocator_external_lib_list)
+    libraries = names_among(rmm_allocator_external_lib_list, RMM_LIBRARIES, "rmm_allocator_external_lib_list",
+                            "libraries")
     given = {k: v for k, v in rmm_keywords.items() if v is not None and v is not False}  # the CLI sends False
     if libraries == ():  # an empty list routes no library: it asks for nothing
         del given["rmm_allocator_external_lib_list"]
@@ -123,26 +124,6 @@ def _pool_sizes(initial, maximum, device_memory: int, managed: bool, use_async: 
             raise ValueError(f"rmm_maximum_pool_size={maximum!r} ({most} bytes) is smaller than "
                              f"rmm_pool_size={initial!r} ({pool} bytes)")
     return pool, most
-
-
-def _libraries(value) -> tuple[str, ...] | None:
-    """rmm_allocator_external_lib_list: "cupy,torch" or a list of those names; None leaves it to RMM's default."""
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in RMM_LIBRARIES for n in names):
-        raise ValueError(f"rmm_allocator_external_lib_list={value!r} must name libraries among "
-                         f"{', '.join(RMM_LIBRARIES)}, as 'torch,cupy' or ['torch', 'cupy']")
-    return tuple(dict.fromkeys(names))
-
-
-def _allocator_name(value) -> str | None:
-    if value is None:
-        return None
-    name = value.strip().lower() if isinstance(value, str) else None
-    if name not in ALLOCATORS:
-        raise ValueError(f"allocator={value!r} is not one of {', '.join(map(repr, ALLOCATORS))}")
-    return name
 
 
 def _flag(value, what: str) -> bool:
