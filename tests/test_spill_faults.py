@@ -379,9 +379,11 @@ def test_a_disk_that_refuses_every_spill_under_distributed_s_pause_ends_in_named
             assert isinstance(future.exception(), SpillFileError)
             assert f"under {directory} ({os.strerror(code)})" in str(future.exception())
         kept = {i: f for i, f in enumerate([*before, *after]) if f.status == "finished"}
+        # room on the disk first: the worker's memory is at its limit, and a read-back's results are new values to
+        # store, which it would refuse as long as the disk does (how many depends on the worker's timing)
+        client.run(mend_disk)
         firsts = client.gather(client.map(lambda a: int(a[0]), list(kept.values()), pure=False))
         assert firsts == [i % 256 for i in kept]  # what was kept reads back right, from memory or from disk
-        client.run(mend_disk)
 
 
 # --- a cluster: a worker holding spilled values is killed ----------------------------------------------------
