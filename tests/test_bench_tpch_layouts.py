@@ -66,6 +66,9 @@ def test_a_layout_is_not_written_over_its_source_and_a_bad_one_is_named(layouts,
         data.relayout(layouts["suite"], layouts["suite"], "one-file")
     with pytest.raises(ValueError, match="--layout parquet: choose from suite, pyarrow"):
         data.generate(str(tmp_path / "x"), SCALE, layout="parquet")
+    with pytest.raises(ValueError, match="--layout parquet: choose from suite, pyarrow"):
+        data.relayout(layouts["suite"], layouts["one-file"], "parquet")
+    assert not data.stale(layouts["one-file"], SCALE, "one-file")  # a bad layout removes nothing
 
 
 @pytest.mark.parametrize("layout", list(data.LAYOUTS))

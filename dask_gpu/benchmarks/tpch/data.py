@@ -166,6 +166,7 @@ def _emptied(path: str) -> str:
 def relayout(source: str, path: str, layout: str, log=None) -> None:
     """The suite's tables under ``source`` written again under ``path`` in ``layout``: the same rows, read in the
     files' order."""
+    check_layout(layout)  # before anything under ``path`` is removed
     if os.path.realpath(source) == os.path.realpath(path):
         raise ValueError(f"the tables under {source} cannot be written again in their own place: give another path")
     with open(os.path.join(source, "manifest.json")) as f:
@@ -174,7 +175,7 @@ def relayout(source: str, path: str, layout: str, log=None) -> None:
     con = connect()
     for table in TABLES:
         _write(con, f"SELECT * FROM read_parquet('{files(source, table)}')", os.path.join(path, table), "000",
-               check_layout(layout))
+               layout)
         if log:
             log(f"wrote {table}")
     with open(marker, "w") as f:
