@@ -1,6 +1,7 @@
 """Merge metas, the metas of reductions and group-bys, and cuDF frames' dtypes and columns kept by kind
 (dask_gpu.dataframe.meta), and which workers warm cuDF as they start."""
 
+import functools
 import inspect
 import operator
 import types
@@ -13,8 +14,9 @@ import pytest
 import dask.dataframe.dask_expr._expr as dx
 from dask.dataframe.dask_expr._groupby import GroupByApplyConcatApply
 from dask.dataframe.dask_expr._merge import Merge
-from dask.dataframe.dask_expr._reductions import ApplyConcatApply
+from dask.dataframe.dask_expr._reductions import ApplyConcatApply, Max, Sum
 from dask.dataframe.dispatch import meta_nonempty
+from dask.utils import M
 
 from dask_gpu.dataframe import meta, start
 
@@ -177,6 +179,28 @@ def test_kinds_tell_apart_what_shapes_a_meta():
     assert len(kinds) == 13
     with pytest.raises(TypeError):
         meta.meta_kind(np.float64(1.0))
+
+
+def test_class_methods_partials_method_callers_empty_frames_and_scalar_metas_have_kinds(by_kind):
+    assert meta._operand_kind(Sum.chunk) != meta._operand_kind(Max.chunk)  # classmethods, bound to classes
+    by = meta._operand_kind(functools.partial(sorted, key=len))
+    assert by != meta._operand_kind(functools.partial(sorted, key=abs))
+    assert meta._operand_kind(M.drop_duplicates) != meta._operand_kind(M.unique)
+    assert meta._operand_kind(typed().iloc[:0]) != meta._operand_kind(typed()[["k"]].iloc[:0])
+    with pytest.raises(TypeError):
+        meta._operand_kind(typed())  # values, not a meta
+    with pytest.raises(TypeError):
+        meta._operand_kind(typed().x.mean)  # a method bound to its frame
+    df = dd.from_pandas(typed(), npartitions=2)
+    assert meta.expression_kind(df.x.sum().expr) != meta.expression_kind(df.n.sum().expr)
+    # each kept meta of these plans has a kind: a second plan of the same kind computes none
+    kept = tuple((cls, attribute) for cls, attribute, *_ in meta.kept_metas())
+    for make in (lambda d: d.groupby(["g", "k"]).x.sum(), lambda d: d.x.sum() * 100.0 > d.n.mean(),
+                 lambda d: d.drop_duplicates(), lambda d: d.shuffle("k")):
+        for node in make(df).expr.lower_completely().walk():
+            for cls, attribute in kept:
+                if type(node).__dict__.get(attribute) is None and isinstance(node, cls):
+                    meta._operands_kind(attribute, node)
 
 
 def test_operands_with_no_kind_leave_the_meta_computed_each_time(by_kind):

@@ -33,7 +33,7 @@ import functools
 import types
 
 import numpy as np
-from dask.utils import is_dataframe_like, is_index_like, is_series_like
+from dask.utils import is_dataframe_like, is_index_like, is_series_like, methodcaller
 
 from dask_gpu import internals
 
@@ -152,7 +152,9 @@ def expression_kind(expr) -> tuple:
     if found is None or found[0] is not meta:
         if len(_kinds) >= LIMIT:
             _kinds.clear()
-        found = _kinds[id(meta)] = meta, meta_kind(meta)  # the meta held: its id stays its own
+        # a scalar meta (a reduction's) stands for its type: its value is a stand-in's
+        kind = (type(meta), meta.dtype) if isinstance(meta, np.generic) else meta_kind(meta)
+        found = _kinds[id(meta)] = meta, kind  # the meta held: its id stays its own
     return found[1]
 
 
@@ -168,7 +170,8 @@ def _operands_kind(attribute: str, expr) -> tuple:
 
 def _operand_kind(operand):
     """What an expression's meta takes from one of its operands: an expression's meta's kind, a value with its
-    type, a function itself (equal only to itself, and kept alive by the key). TypeError where there is none."""
+    type, a function or a class's method itself (equal only to itself, and kept alive by the key), the name of
+    dask's method caller, a partial's parts, an empty frame's kind. TypeError where there is none."""
     if isinstance(operand, internals.Expr):
         return expression_kind(operand)
     if isinstance(operand, _VALUES):
@@ -184,6 +187,15 @@ def _operand_kind(operand):
     if isinstance(operand, (types.FunctionType, types.BuiltinFunctionType, type)) and not getattr(
             operand, "__closure__", None):
         return operand
+    if isinstance(operand, types.MethodType) and isinstance(operand.__self__, type):  # a classmethod, bound
+        return types.MethodType, operand.__func__, operand.__self__
+    if isinstance(operand, methodcaller):  # dask's M.name
+        return methodcaller, operand.method
+    if isinstance(operand, functools.partial):
+        return (functools.partial, _operand_kind(operand.func), _operand_kind(operand.args),
+                _operand_kind(operand.keywords))
+    if _frame_like(operand) and len(operand) == 0:  # a meta given as an operand (a shuffle's)
+        return "empty", meta_kind(operand)
     raise TypeError(f"no kind for an operand of type {type(operand).__name__}")
 
 
