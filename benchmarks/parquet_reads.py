@@ -7,6 +7,7 @@ read in these ways:
 - ``plc``: one after another, each in one pylibcudf call;
 - ``threadsK``: K at a time, each in a thread of its own on a CUDA stream of its own (pylibcudf);
 - ``cudf-threadsK``: K at a time, each in a thread of its own through ``cudf.read_parquet`` (the default stream);
+- ``arrow``: one after another, each decoded on the host by pyarrow's threads, then copied to the GPU;
 - with ``POLARS=1`` in the environment, each read alone as cudf-polars scans it (the maximum of each column),
   with its in-memory and its streaming executor.
 
@@ -95,7 +96,8 @@ def _ways(reads) -> dict:
                 return list(pool.map(lambda job: read(*job), reads))
         return run
 
-    ways = {"cudf": each(lambda pieces, columns: read_pieces(pieces, columns, "cudf")), "plc": each(_plc_on_stream)}
+    ways = {"cudf": each(lambda pieces, columns: read_pieces(pieces, columns, "cudf")), "plc": each(_plc_on_stream),
+            "arrow": each(_arrow)}
     for k in THREADS:
         if len(reads) >= k:
             ways[f"threads{k}"] = at_once(_plc_on_stream, k)
@@ -128,6 +130,17 @@ def _plc(pieces, columns, stream=None):
     options.set_row_groups([list(indices) for _, indices in pieces])
     table = plc.io.parquet.read_parquet(options, stream=stream)
     return cudf.DataFrame.from_pylibcudf(table)
+
+
+def _arrow(pieces, columns):
+    """A read decoded on the host by pyarrow (a thread a column chunk), then copied to the GPU."""
+    import cudf
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.ParquetFile(path).read_row_groups(list(indices), columns=columns, use_threads=True,
+                                                  use_pandas_metadata=False) for path, indices in pieces]
+    return cudf.DataFrame.from_arrow(pa.concat_tables(tables))
 
 
 def _polars(pieces, columns, executor):
