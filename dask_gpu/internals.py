@@ -48,6 +48,7 @@ _LAZY = {
     "Len": ("dask.dataframe.dask_expr._reductions", "Len"),
     "Repartition": ("dask.dataframe.dask_expr._repartition", "Repartition"),
     "SortValues": ("dask.dataframe.dask_expr._shuffle", "SortValues"),
+    "TreeReduce": ("dask.dataframe.dask_expr._reductions", "TreeReduce"),
     "SimpleShuffle": ("dask.dataframe.dask_expr._shuffle", "SimpleShuffle"),
     "AssignPartitioningIndex": ("dask.dataframe.dask_expr._shuffle", "AssignPartitioningIndex"),
     "is_filter_pushdown_available": ("dask.dataframe.dask_expr._expr", "is_filter_pushdown_available"),

@@ -71,6 +71,49 @@ def test_no_shuffle_of_one_partition_into_one(planned_pandas, frames, method):
         pd.testing.assert_series_equal(several.compute().sort_index(), want)
 
 
+REDUCTIONS = {
+    "sum of a filter": lambda df: df[df.x > 0.5].x.sum(),
+    "mean": lambda df: df.x.mean(),
+    "frame sum": lambda df: df[["k", "x"]].sum(),
+    "group-by": lambda df: df.groupby("k").x.sum().reset_index(),
+    "group-by of two aggregates": lambda df: df.groupby("k").agg({"x": ["sum", "count"]}),
+    "nlargest": lambda df: df.nlargest(5, "x"),
+}
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_no_tree_of_one_partition(planned_pandas, frames, name):
+    """A reduction of one partition is one task with its input and what follows it: no tree, no stage of its own.
+    Of several partitions, dask's tree."""
+    big, _ = frames
+    make = REDUCTIONS[name]
+    def planned(collection, fuse=False):
+        return planner.optimize(collection.expr, fuse)
+
+    one = make(dd.from_pandas(big, npartitions=1))
+    assert "TreeReduce" in {type(e).__name__ for e in one.expr.optimize(fuse=False).walk()}  # dask's plan
+    assert "TreeReduce" not in {type(e).__name__ for e in planned(one).walk()}  # ours
+    assert len(dict(planned(one, fuse=True).__dask_graph__())) == 2  # the partition made from pandas, and the rest
+    several = make(dd.from_pandas(big, npartitions=3))
+    assert "TreeReduce" in {type(e).__name__ for e in planned(several).walk()}
+    want = make(big)
+    for got in (one.compute(), several.compute()):
+        if isinstance(want, pd.DataFrame):
+            pd.testing.assert_frame_equal(in_order(got), in_order(want))
+        elif isinstance(want, pd.Series):
+            pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+        else:
+            assert got == pytest.approx(want)
+
+
+def in_order(frame):
+    """Rows in the order of their index, or of their values where the index is unnamed (dask's partitions each
+    count theirs)."""
+    if frame.index.name is None:
+        return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+    return frame.sort_index()
+
+
 def test_an_optimized_collection_computes_as_it_was_optimized(planned_pandas, frames):
     """dask optimizes again what it computes: an optimized expression, fused, loses tasks that its fused tasks
     name. Here a group-by's output joined back with its input, the pattern of TPC-H's query 21."""

@@ -13,9 +13,14 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   input's partition count (``nunique``'s default) whatever that count is, and a shuffle is a stage of tasks of its
   own (transfers and a barrier, on the GPU through the device shuffle). From one partition into one, the rows are
   where the shuffle would put them: the shuffle's input, less its partitioning column, is its output.
+- **No tree of one partition.** dask reduces the chunks of a reduction or a group-by in a tree of tasks of its own,
+  whatever their count. Of one chunk, the tree is one task applying the reduction's aggregate to it: a stage of
+  its own, with a round trip through the scheduler before it and before each task after it. Applied where the
+  chunk is, as a blockwise expression, it fuses with the chunk's task and with what follows it: a filtered sum of
+  one partition is one task, not two.
 
 :func:`planned` gives an expression the first two rules where it is a join or a sort; :func:`optimize`, which
-optimizes the collections' expressions, applies the third to the lowered expression before its tasks are fused.
+optimizes the collections' expressions, applies the other two to the lowered expression before its tasks are fused.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ def planned(expr):
 
 
 def optimize(expr, fuse: bool = True):
-    """dask's optimization of ``expr``, with no shuffle of one partition into one, fused with ``fuse``."""
-    lowered = without_needless_shuffles(expr.optimize(fuse=False))
+    """dask's optimization of ``expr``, with no stage of one partition into one, fused with ``fuse``."""
+    lowered = without_needless_stages(expr.optimize(fuse=False))
     return lowered.fuse() if fuse else lowered
 
 
-def without_needless_shuffles(expr):
-    """``expr``, lowered, with each shuffle of one partition into one replaced by its input."""
+def without_needless_stages(expr):
+    """``expr``, lowered, with each shuffle of one partition into one replaced by its input, and each tree
+    reduction of one partition by its aggregate where the partition is."""
     replaced, stack, seen = {}, [expr], set()
     while stack:
         node = stack.pop()
@@ -48,10 +54,11 @@ def without_needless_shuffles(expr):
             continue
         seen.add(node._name)
         replacement = _unshuffled(node)
+        if replacement is None:
+            replacement = _aggregated_in_place(node)
         if replacement is not None:
             replaced[node._name] = node, replacement
-        else:
-            stack.extend(node.dependencies())
+        stack.extend((replacement if replacement is not None else node).dependencies())
     for node, replacement in replaced.values():
         expr = expr.substitute(node, replacement)
     return expr
@@ -74,6 +81,38 @@ def _unshuffled(node):
         if indexed.operand("index_name") not in kept:
             return internals.Projection(indexed.frame, columns)
     return internals.Projection(indexed, node.operand("columns"))
+
+
+def _aggregated_in_place(node):
+    """What ``node`` is without a tree reduction of one partition: its aggregate, applied to the partition where it
+    is; None where there is no such tree."""
+    if not (isinstance(node, internals.TreeReduce) and node.frame.npartitions == 1):
+        return None
+    return AggregatedPartition(node.frame, node.aggregate, node.aggregate_kwargs, node._meta)
+
+
+def aggregate_one(partition, aggregate, kwargs):
+    """A tree reduction's last task, of one chunk."""
+    return aggregate([partition], **(kwargs or {}))
+
+
+class AggregatedPartition(internals.Blockwise):
+    """The aggregate of a tree reduction of one partition, applied where the partition is: a blockwise expression,
+    which fuses with the tasks before and after it."""
+
+    _parameters = ["frame", "aggregate", "aggregate_kwargs", "meta"]
+    operation = staticmethod(aggregate_one)
+
+    @functools.cached_property
+    def _meta(self):
+        return self.operand("meta")
+
+    @property
+    def _args(self) -> list:
+        return [self.frame, self.aggregate, self.aggregate_kwargs]  # the meta is the plan's, not the task's
+
+    def _divisions(self):
+        return (None, None)  # an aggregate's index is not its input's
 
 
 class PlannedMerge(internals.Merge):
