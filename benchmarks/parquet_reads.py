@@ -21,7 +21,6 @@ machine's description.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -31,11 +30,9 @@ THREADS = (2, 4)
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--scale", type=float, required=True)
-    parser.add_argument("--layout", default="suite", help="the files' layout (the tpch suite's --layout)")
-    parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
+    from tpch_phases import tpch_arguments
+
+    parser = tpch_arguments(__doc__.splitlines()[0])
     parser.add_argument("--ways", help="only these ways, comma-separated (cudf,plc,...)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)

@@ -34,12 +34,18 @@ import time
 from collections import defaultdict
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def tpch_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser of the arguments that name the TPC-H data and queries: --data, --scale, --layout, --queries."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True)
     parser.add_argument("--scale", type=float, required=True)
     parser.add_argument("--layout", default="suite", help="the files' layout (the tpch suite's --layout)")
     parser.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
+    return parser
+
+
+def main(argv=None) -> dict:
+    parser = tpch_arguments(__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--local", action="store_true", help="also run each query with the sync scheduler here")
     parser.add_argument("--plans", action="store_true",
