@@ -87,9 +87,6 @@ def test_no_tree_of_one_partition(planned_pandas, frames, name):
     Of several partitions, dask's tree."""
     big, _ = frames
     make = REDUCTIONS[name]
-    def planned(collection, fuse=False):
-        return planner.optimize(collection.expr, fuse)
-
     one = make(dd.from_pandas(big, npartitions=1))
     assert "TreeReduce" in {type(e).__name__ for e in one.expr.optimize(fuse=False).walk()}  # dask's plan
     assert "TreeReduce" not in {type(e).__name__ for e in planned(one).walk()}  # ours
@@ -104,6 +101,11 @@ def test_no_tree_of_one_partition(planned_pandas, frames, name):
             pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
         else:
             assert got == pytest.approx(want)
+
+
+def planned(collection, fuse=False):
+    """The planner's optimization of ``collection``'s expression."""
+    return planner.optimize(collection.expr, fuse)
 
 
 def in_order(frame):
