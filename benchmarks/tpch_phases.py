@@ -57,7 +57,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--sample-first", action="store_true",
                         help="sample the queries' first round too, before anything else runs")
     parser.add_argument("--timeline", action="store_true",
-                        help="split the first and the warm run of each query, as the suite runs it, by clock")
+                        help="split the first and the warm run of each query, as the suite runs it, by clock, and "
+                             "its first task's way through the scheduler and the worker")
     parser.add_argument("--reads", action="store_true",
                         help="also time each query's planned reads beside cuDF alone reading the same columns")
     parser.add_argument("--out")
@@ -270,12 +271,33 @@ def _timeline(client, engine, number) -> tuple:
         clock.append(time.time())
         answer = _pandas(value)
         clock.append(time.time())
-    spans = [(s["start"], s["stop"]) for task in tasks.data for s in task["startstops"] if s["action"] == "compute"]
-    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    spans = [(s["start"], s["stop"], task["key"]) for task in tasks.data for s in task["startstops"]
+             if s["action"] == "compute"]
+    first, _, first_key = min(spans)
+    last = max(b for _, b, _ in spans)
     steps = {"submitted": clock[1] - clock[0], "to_first_task": first - clock[1], "tasks": last - first,
              "busy": _busy(tasks), "to_answer": clock[2] - last, "to_pandas": clock[3] - clock[2]}
     steps["total"] = clock[3] - clock[0]
+    steps.update(_hops(client, first_key, clock[0], clock[1], first))
     return steps, answer
+
+
+def _hops(client, key, called: float, submitted: float, started: float) -> dict:
+    """The way of a computation's first task from the client's call's return to its start, by the scheduler's and
+    the worker's stories of this call (a key computed before has older ones): to the scheduler's graph update,
+    through it to the worker, and in the worker."""
+    story = client.story(key)
+
+    def first(events) -> float:
+        return min((t for t in events if t >= called), default=float("nan"))
+
+    received = first(float(e[-2].rsplit("-", 1)[1]) for e in story
+                     if e[0] == "scheduler" and str(e[-2]).startswith("update-graph-"))
+    sent = first(e[-1] for e in story if e[0] == "scheduler" and e[3] == "processing")
+    on_worker = first(e[-1] for e in story if e[0] != "scheduler" and e[2] == "compute-task")
+    executing = first(e[-1] for e in story if e[0] != "scheduler" and e[3] == "executing")
+    return {"to_scheduler": received - submitted, "in_scheduler": sent - received, "to_worker": on_worker - sent,
+            "in_worker": executing - on_worker, "to_thread": started - executing}
 
 
 def _ends(ts, called: float, answered: float) -> dict:

@@ -377,3 +377,28 @@ def test_a_kept_cudf_meta_is_what_dask_computes(by_kind, name):
             assert_same_meta(value, want)
     assert len(meta._computed) == kinds
     assert kinds > 0 or any(c.__module__.startswith("dask_cudf") for c in type(first.expr).__mro__)  # dask-cudf's class
+
+
+def test_an_expression_s_column_list_is_made_once_per_meta_and_each_caller_gets_its_own():
+    made = []
+
+    def columns(expr):
+        made.append(expr)
+        return list(expr._meta.columns)
+
+    kept = meta._column_list(columns)
+    one, other = pd.DataFrame({"a": [1], "b": [2.0]}), pd.DataFrame({"c": ["x"]})
+    first, same, different = (types.SimpleNamespace(_meta=m) for m in (one, one, other))
+    got = kept(first)
+    got.append("changed")
+    assert kept(first) == kept(same) == ["a", "b"] and kept(different) == ["c"] and len(made) == 2
+
+
+def test_expressions_column_lists_kept_equal_dask_s(by_kind):
+    left, _ = frames()
+    assert dx.Expr.columns.fget.by_kind
+    dasks = inspect.unwrap(dx.Expr.columns.fget)
+    for collection in (left, left.a, left.index, left[["s", "k"]], left.a.sum(), left.assign(z=left.a * 2)):
+        assert collection.expr.columns == dasks(collection.expr)
+    meta.install()
+    assert dx.Expr.columns.fget.__wrapped__ is dasks  # kept once

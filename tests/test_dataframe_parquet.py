@@ -246,3 +246,20 @@ def test_a_read_travels_with_its_plan_and_without_its_footers(data):
     assert "_plan" in cached and "_footers" not in cached and "_fs" not in cached
     copy = pickle.loads(pickle.dumps(expr))
     assert copy._name == expr._name and copy.npartitions == 4
+
+
+def test_a_plan_is_made_once_for_each_files_columns_filters_and_sizing(data, monkeypatch):
+    """The optimizer makes a read anew for each projection and filter it pushes in: reads of the same files,
+    columns, filters and sizing share one plan; another of these gets a plan of its own."""
+    _, path = data
+    made = []
+    monkeypatch.setattr(parquet, "plan", lambda *args: made.append(args[1:]) or ((("f", (0,)),),))
+    monkeypatch.setattr(parquet, "_plans", {})
+    assert read(path, columns=["k", "g"]).npartitions == 1 and len(made) == 1
+    again = read(path, columns=["k", "g"]).expr.substitute_parameters({"_partitions": [0]})  # another read
+    assert again._plan == ((("f", (0,)),),) and len(made) == 1
+    for other in (read(path, columns=["k"]), read(path, columns=["k", "g"], target=1_000_000),
+                  read(path, columns=["k", "g"], gpus=2)):
+        assert other.npartitions == 1
+    assert [args[0] for args in made] == [["k", "g"], ["k"], ["k", "g"], ["k", "g"]]
+    assert [args[2:4] for args in made][2:] == [(1_000_000, 1), (2_000_000, 2)]

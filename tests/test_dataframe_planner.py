@@ -181,3 +181,29 @@ def test_a_collection_s_expression_pickles_as_dask_s_own_under_its_name(planned_
     assert other.stdout.decode().split() == [kind.__name__, kind._dask_class.__module__]
     with pytest.raises(AttributeError):
         collections.Fusing_nothing  # noqa: B018
+
+
+def test_an_optimized_expression_pickles_as_its_graph_when_small(planned_pandas, frames, monkeypatch):
+    """What a client sends the scheduler: an optimized expression of few tasks as its graph, which unpickles
+    without making and tokenizing each expression anew; one of more tasks as its expressions. Either computes the
+    same answer under the same keys."""
+    import gc
+    import pickle
+
+    big, small = frames
+    df = dd.from_pandas(big, npartitions=3).merge(dd.from_pandas(small, npartitions=1), on="k")
+    optimized = df[df.y > 0.5].groupby("k").x.sum().optimize().expr
+    name, keys = optimized._name, optimized.__dask_keys__()
+    want = dask.get(optimized.__dask_graph__(), keys)
+    small_graph = pickle.dumps(optimized)
+    monkeypatch.setattr(collections, "GRAPH_TASKS", 2)
+    expressions = pickle.dumps(optimized)
+    del df, optimized
+    gc.collect()  # unpickled, an expression of a name that is alive here is that one (dask keeps one of each)
+    for pickled, held in ((small_graph, collections._Graph), (expressions, planner.internals.FrameExpr)):
+        again = pickle.loads(pickled)
+        assert isinstance(again.operand("held").optimized, held)
+        assert again._name == name and again.__dask_keys__() == keys
+        pd.testing.assert_series_equal(dask.get(again.__dask_graph__(), keys)[0], want[0])
+        del again
+        gc.collect()

@@ -167,6 +167,7 @@ def _empty(footer, columns, engine: str):
 
 
 _metas: dict = {}  # (a file, its schema, columns, engine) -> an empty frame of them
+_plans: dict = {}  # (files, columns, filters, target bytes, GPU workers) -> a read's partitions
 
 
 class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
@@ -206,9 +207,16 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
 
     @functools.cached_property
     def _plan(self) -> tuple:
-        groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
-        share = footers.selectivity(self._fs, groups, self.filters)
-        return plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
+        """The partitions, made once for each files, columns, filters and sizing: the optimizer makes a read anew
+        for each projection and filter it pushes in, and asks each for its partitions."""
+        key = self.operand("files"), tuple(self.columns), self.filters, self.partition_bytes, self.gpus
+        if key not in _plans:
+            if len(_plans) >= footers.LIMIT:
+                _plans.clear()
+            groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
+            share = footers.selectivity(self._fs, groups, self.filters)
+            _plans[key] = plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
+        return _plans[key]
 
     def _divisions(self):
         return (None,) * (len(self._plan) + 1)
