@@ -56,6 +56,12 @@ _LAZY = {
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
     "ApplyConcatApply": ("dask.dataframe.dask_expr._reductions", "ApplyConcatApply"),
     "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
+    "GroupByChunk": ("dask.dataframe.dask_expr._groupby", "GroupByChunk"),
+    "FunctionMap": ("dask.dataframe.dask_expr._accessor", "FunctionMap"),
+    "Mean": ("dask.dataframe.dask_expr._reductions", "Mean"),
+    "DropDuplicates": ("dask.dataframe.dask_expr._reductions", "DropDuplicates"),
+    "CudfGroupbyAgg": ("dask_cudf._expr.groupby", "CudfGroupbyAgg"),
+    "DecomposableCudfGroupbyAgg": ("dask_cudf._expr.groupby", "DecomposableCudfGroupbyAgg"),
     # dask's task graphs: old-style ones converted, and the functions of dask.array's tasks that
     # dask_gpu.array.optimization recognizes
     "convert_legacy_graph": ("dask._task_spec", "convert_legacy_graph"),

@@ -14,10 +14,11 @@ import pytest
 import dask.dataframe.dask_expr._expr as dx
 from dask.dataframe.dask_expr._groupby import GroupByApplyConcatApply
 from dask.dataframe.dask_expr._merge import Merge
-from dask.dataframe.dask_expr._reductions import ApplyConcatApply, Max, Sum
+from dask.dataframe.dask_expr._reductions import ApplyConcatApply, DropDuplicates, Max, Mean, Sum
 from dask.dataframe.dispatch import meta_nonempty
 from dask.utils import M
 
+from dask_gpu import internals
 from dask_gpu.dataframe import meta, start
 
 
@@ -70,9 +71,10 @@ def test_answers_are_unchanged(by_kind):
 
 def test_install_is_idempotent(by_kind):
     kept = meta.kept_metas()
-    blockwise = {getattr(dx, name) for name in meta.BLOCKWISE}
-    assert {cls for cls, *_ in kept} == {Merge, ApplyConcatApply, GroupByApplyConcatApply} | blockwise
-    assert {cls for cls, *_ in meta.kept_metas(blockwise=False)} == {Merge, ApplyConcatApply, GroupByApplyConcatApply}
+    blockwise = {getattr(internals, name) for name in meta.BLOCKWISE}
+    reductions = {Merge, ApplyConcatApply, GroupByApplyConcatApply, Mean, DropDuplicates}
+    assert {cls for cls, *_ in kept} == reductions | blockwise
+    assert {cls for cls, *_ in meta.kept_metas(blockwise=False)} == reductions
     current = [cls.__dict__[name] for cls, name, *_ in kept]
     meta.install()
     assert [cls.__dict__[name] for cls, name, *_ in kept] == current
@@ -117,6 +119,9 @@ EXPRESSIONS = {  # reductions and group-bys, over blockwise expressions whose me
     "group-by of an assign": lambda df: df.assign(y=df.x + 1, z=1).groupby("z").y.sum(),
     "nunique": lambda df: df.groupby("g").n.nunique(),
     "group-by after reset_index": lambda df: df.set_index("k").reset_index().groupby("k").n.max(),
+    "mean": lambda df: df.x.mean(),
+    "drop_duplicates": lambda df: df[["g", "n"]].drop_duplicates(),
+    "count of a string accessor's call": lambda df: df[df.g.str.startswith("a")].k.count(),
 }
 
 

@@ -45,8 +45,14 @@ _kinds: dict = {}  # id of a meta -> (the meta, its kind)
 _column_lists: dict = {}  # id of a meta -> (the meta, the column labels that dask's expressions list from it)
 
 # dask's blockwise expressions whose metas install(blockwise=True) keeps: the base class, and those of its
-# subclasses that compute their own
-BLOCKWISE = ("Blockwise", "Projection", "Assign", "Isin", "AsType", "Index")
+# subclasses that compute their own (a group-by's chunk and a string or date accessor's call, each on a non-empty
+# stand-in: with cuDF, kernels)
+BLOCKWISE = ("Blockwise", "Projection", "Assign", "Isin", "AsType", "Index", "GroupByChunk", "FunctionMap")
+
+# dask's reductions that compute their own metas, on non-empty stand-ins, and dask-cudf's group-bys (there is
+# cuDF)
+REDUCTIONS = ("Mean", "DropDuplicates")
+CUDF_GROUPBYS = ("CudfGroupbyAgg", "DecomposableCudfGroupbyAgg")
 
 # the operands that the metas of these expressions take, where not all of them: an isin's meta is its frame's
 # shape in booleans, whatever the values (held in a delayed object, which has no kind)
@@ -70,6 +76,8 @@ def install(blockwise: bool = True) -> None:
     except ImportError:
         return
     keep_labels(cudf.DataFrame)
+    for name in CUDF_GROUPBYS:
+        keep(getattr(internals, name), "_meta", functools.partial(_operands_kind, "_meta"), _computed)
 
 
 def uninstall() -> None:
@@ -85,6 +93,7 @@ def kept_metas(blockwise: bool = True) -> list:
     columns: each one call on an empty frame, which with cuDF is cuDF's Python and kernels)."""
     by_operands = [(internals.ApplyConcatApply, "_meta"), (internals.ApplyConcatApply, "_meta_chunk"),
                    (internals.GroupByApplyConcatApply, "_meta_chunk")]
+    by_operands += [(getattr(internals, name), "_meta") for name in REDUCTIONS]
     if blockwise:
         by_operands += [(getattr(internals, name), "_meta") for name in BLOCKWISE]
     return [(internals.Merge, "_meta", _merge_kind, _merged)] + [

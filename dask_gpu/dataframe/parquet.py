@@ -146,13 +146,15 @@ def _read(pieces, columns, engine: str, storage_options):
     return pa.concat_tables(tables).replace_schema_metadata(None).to_pandas()  # as _empty(): see readable()
 
 
-def _empty(footer, columns, engine: str):
-    """An empty frame of ``columns`` of the files' schema, in ``engine``'s type: made once for each (a cuDF frame
-    is made by cuDF's Python and kernels), and shared, as dask shares the metas it makes."""
-    key = (footer.path, footer.schema, tuple(columns) if columns is not None else None, engine)
+def _empty(read, columns, engine: str):
+    """An empty frame of ``columns`` of the schema of ``read``'s files, in ``engine``'s type: made once for each
+    version of the first file (a cuDF frame is made by cuDF's Python and kernels), and shared, as dask shares the
+    metas it makes."""
+    key = (read.operand("files")[0], tuple(columns) if columns is not None else None, engine)
     found = _metas.get(key)
     if found is None:
-        table = footer.schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
+        schema = read._footers[0].schema
+        table = schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
         table = table.select(columns) if columns is not None else table
         if engine == "cudf":
             import cudf
@@ -166,7 +168,7 @@ def _empty(footer, columns, engine: str):
     return found
 
 
-_metas: dict = {}  # (a file, its schema, columns, engine) -> an empty frame of them
+_metas: dict = {}  # (the first file of a read, columns, engine) -> an empty frame of them
 _plans: dict = {}  # (files, columns, filters, target bytes, GPU workers) -> a read's partitions
 
 
@@ -198,7 +200,7 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
 
     @functools.cached_property
     def _meta(self):
-        return _empty(self._footers[0], self.operand("columns"), self.engine)
+        return _empty(self, self.operand("columns"), self.engine)
 
     @property
     def columns(self) -> list:
