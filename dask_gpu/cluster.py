@@ -122,7 +122,9 @@ class LocalCUDACluster(SpecCluster):
         UCX's settings."""
         self._warming = None
         if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
-            self._warming = start.warm_client()  # the client's dask-cudf, while the workers start
+            from dask_gpu.dataframe import backend  # dask.dataframe: only where cuDF's partitions are asked for
+
+            self._warming = start.warm_client(backend.cudf_backend)  # the client's dask-cudf, while the workers start
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)

@@ -321,6 +321,9 @@ def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_
     class Warming:  # a thread that is joined
         joined = []
 
+        def __init__(self, dask_cudf):
+            self.dask_cudf = dask_cudf
+
         def join(self, timeout=None):
             self.joined.append(timeout)
 
@@ -329,6 +332,7 @@ def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_
     monkeypatch.setattr(start, "warm_client", Warming)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
         assert isinstance(cluster._warming, Warming) and not Warming.joined
+        assert cluster._warming.dask_cudf.__name__ == "cudf_backend"
     assert Warming.joined == [60]
     monkeypatch.setattr(start, "wanted", lambda simulated: False)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:

@@ -245,22 +245,90 @@ def test_a_client_warms_its_dask_cudf_in_a_thread_and_a_failure_is_left_to_its_f
     import threading
     import types
 
-    from dask_gpu.dataframe import backend
-
     made = []
-    monkeypatch.setattr(backend, "cudf_backend", lambda: made.append(threading.current_thread().name))
     monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(DataFrame=lambda data: made.append(data)))
-    start.warm_client().join(10)
-    assert made == ["dask-gpu-warm-cudf", {"warm": [0]}]
+    start.warm_client(lambda: made.append(threading.current_thread().name)).join(10)
+    assert made == [start.WARMING, {"warm": [0]}]
 
     def missing():
         raise ImportError("no dask-cudf here")
 
-    monkeypatch.setattr(backend, "cudf_backend", missing)
-    thread = start.warm_client()
+    thread = start.warm_client(missing)
     thread.join(10)
     assert not thread.is_alive()
 
+
+
+class Plugin:
+    """What a GPU worker's plugin says of it, for :func:`start.warm_if_cold`."""
+
+    def __init__(self, warm_cudf=False, simulated=False):
+        self.warm_cudf, self.device, self.warmed_seconds = warm_cudf, {"simulated": simulated}, 1.0
+
+
+def test_a_worker_that_started_cold_warms_cudf_once_in_a_thread(monkeypatch, tmp_path):
+    import threading
+    import types
+
+    warmed = []
+    monkeypatch.setattr(start, "warm", lambda directory: warmed.append(directory) or 0.5)
+    monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
+    cold, warm, simulated = Plugin(), Plugin(warm_cudf=True), Plugin(simulated=True)
+
+    def worker(plugin):
+        return types.SimpleNamespace(plugins={"dask-gpu": plugin} if plugin else {}, local_directory=str(tmp_path),
+                                     name="gpu-0")
+
+    assert start.warm_if_cold(worker(cold)) is True
+    for thread in threading.enumerate():
+        if thread.name == start.WARMING:
+            thread.join(10)
+    assert warmed == [str(tmp_path)] and cold.warm_cudf and cold.warmed_seconds == 1.5
+    assert not any(start.warm_if_cold(worker(p)) for p in (cold, warm, simulated, None))
+    monkeypatch.setattr(start, "_dask_cudf_installed", lambda: False)
+    assert start.warm_if_cold(worker(Plugin())) is False and len(warmed) == 1
+
+
+def test_the_client_s_workers_are_asked_to_warm_once_at_the_backend_s_first_use(monkeypatch):
+    import distributed
+
+    from dask_gpu.dataframe import backend
+
+    class Client:
+        def __init__(self, asynchronous=False):
+            self.asynchronous, self.ran = asynchronous, []
+
+        def run(self, function):
+            self.ran.append(function)
+
+    client = Client()
+    monkeypatch.setattr(distributed, "default_client", lambda: client)
+    monkeypatch.setattr(backend, "cudf_backend", lambda: types.SimpleNamespace(from_dict=lambda *a, **k: "frame"))
+    assert backend.GPUBackendEntrypoint.from_dict({"a": [1]}, 1) == "frame"
+    backend.GPUBackendEntrypoint.from_dict({"a": [1]}, 1)
+    assert client.ran == [start.warm_if_cold]  # once for this client
+    other = Client(asynchronous=True)  # cannot wait here: not asked
+    monkeypatch.setattr(distributed, "default_client", lambda: other)
+    start.warm_workers()
+    assert other.ran == []
+
+    def none():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "default_client", none)
+    start.warm_workers()  # no client: nothing to ask
+
+
+def test_a_cluster_s_workers_are_asked_and_simulated_ones_stay_as_they_are(simulate):
+    from distributed import Client
+
+    from dask_gpu import LocalCUDACluster
+
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False, n_workers=1) as cluster, Client(cluster) as client:
+        start.warm_workers()
+        assert client in start._asked
+        assert list(client.run(start.warm_if_cold).values()) == [False]
 
 
 class Labels:

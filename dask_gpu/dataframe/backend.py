@@ -14,7 +14,7 @@ import functools
 
 from dask.dataframe.backends import DataFrameBackendEntrypoint
 
-from dask_gpu.dataframe import collections, meta, parquet, sizing, tokens
+from dask_gpu.dataframe import collections, meta, parquet, sizing, start, tokens
 
 ENGINE = "cudf"  # the library of the partitions that this backend's parquet reads make
 
@@ -44,10 +44,17 @@ def _planned(path, columns=None, storage_options=None):
                                 gpus=len(gpus), storage_options=storage_options)
 
 
+def _dask_cudf():
+    """dask-cudf's backend, for a call of the user's: the client's workers warm cuDF, where they did not yet."""
+    found = cudf_backend()
+    start.warm_workers()
+    return found
+
+
 class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
     @staticmethod
     def read_parquet(path, *args, blocksize="default", **kwargs):
-        read = cudf_backend().read_parquet
+        read = _dask_cudf().read_parquet
         if blocksize == "default" and not args and set(kwargs) <= {"columns", "storage_options"}:
             df = _planned(path, **kwargs)
             if df is not None:
@@ -56,20 +63,20 @@ class GPUBackendEntrypoint(DataFrameBackendEntrypoint):
 
     @staticmethod
     def to_backend(data, **kwargs):
-        return cudf_backend().to_backend(data, **kwargs)
+        return _dask_cudf().to_backend(data, **kwargs)
 
     @staticmethod
     def from_dict(data, npartitions, **kwargs):
-        return cudf_backend().from_dict(data, npartitions, **kwargs)
+        return _dask_cudf().from_dict(data, npartitions, **kwargs)
 
     @staticmethod
     def read_csv(*args, **kwargs):
-        return cudf_backend().read_csv(*args, **kwargs)
+        return _dask_cudf().read_csv(*args, **kwargs)
 
     @staticmethod
     def read_json(*args, **kwargs):
-        return cudf_backend().read_json(*args, **kwargs)
+        return _dask_cudf().read_json(*args, **kwargs)
 
     @staticmethod
     def read_orc(*args, **kwargs):
-        return cudf_backend().read_orc(*args, **kwargs)
+        return _dask_cudf().read_orc(*args, **kwargs)

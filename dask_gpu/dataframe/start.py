@@ -4,7 +4,8 @@ The first dataframe task of a fresh worker paid for importing cuDF and dask-cudf
 allocator, and for each of cuDF's operations the first time it runs: a query's first run took 10 s where its
 second took 0.5 s. A worker that will hold cuDF partitions now does all of that before it registers with the
 scheduler, in parallel with the other workers: it imports dask-cudf, writes and reads a small parquet file in
-its directory, and filters, divides, groups, joins and sorts it once.
+its directory, and filters, divides, groups, joins and sorts it once. Workers that started before the ``gpu``
+backend was set warm when a client first uses the backend (:func:`warm_workers`), each in a thread of its own.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 logger = logging.getLogger("dask_gpu")
 BACKENDS = ("gpu", "cudf")  # dask's dataframe backends whose partitions are cuDF frames
+WARMING = "dask-gpu-warm-cudf"  # the name of a thread that warms cuDF
 
 
 def wanted(simulated: bool) -> bool:
@@ -24,8 +27,11 @@ def wanted(simulated: bool) -> bool:
     partitions asked for by the ``dataframe.backend`` of the process that starts it."""
     import dask
 
-    return (not simulated and dask.config.get("dataframe.backend", None) in BACKENDS
-            and importlib.util.find_spec("dask_cudf") is not None)
+    return not simulated and dask.config.get("dataframe.backend", None) in BACKENDS and _dask_cudf_installed()
+
+
+def _dask_cudf_installed() -> bool:
+    return importlib.util.find_spec("dask_cudf") is not None
 
 
 def warm(directory: str) -> float:
@@ -57,22 +63,65 @@ def warm(directory: str) -> float:
     return seconds
 
 
-def warm_client() -> threading.Thread:
-    """The ``gpu`` backend's dask-cudf imported in this process, and its CUDA context made, in a thread of their
-    own: what the first dataframe call of a client here pays otherwise (1.5 s on an H200 host), done while a
-    cluster starts its workers. A failure is left to that call to report."""
+def warm_client(dask_cudf) -> threading.Thread:
+    """The ``gpu`` backend's dask-cudf imported in this process (by calling ``dask_cudf``), and its CUDA context
+    made, in a thread of their own: what the first dataframe call of a client here pays otherwise (1.5 s on an
+    H200 host), done while a cluster starts its workers. A failure is left to that call to report."""
 
     def run():
         try:
-            from dask_gpu.dataframe import backend
-
-            backend.cudf_backend()
+            dask_cudf()
             import cudf
 
             cudf.DataFrame({"warm": [0]})
         except Exception as e:  # noqa: BLE001  the first dataframe call raises it, where the user looks
             logger.debug("the client's cuDF was not warmed: %s", e)
 
-    thread = threading.Thread(target=run, name="dask-gpu-warm-cudf", daemon=True)
+    thread = threading.Thread(target=run, name=WARMING, daemon=True)
     thread.start()
     return thread
+
+
+_asked = weakref.WeakSet()  # the clients whose workers were asked to warm
+
+
+def warm_workers() -> None:
+    """Have the GPU workers of this process's client warm cuDF where they did not as they started (the backend was
+    set after the cluster started): asked once for each client, answered at once (one round trip). Nothing inside a
+    task, without a client, or with an asynchronous one; a failure is left to the call that follows to report."""
+    from distributed import default_client, get_worker
+
+    try:
+        get_worker()
+        return  # a task's own call
+    except ValueError:
+        pass
+    try:
+        client = default_client()
+    except ValueError:
+        return
+    if client.asynchronous or client in _asked:
+        return
+    _asked.add(client)
+    try:
+        client.run(warm_if_cold)
+    except Exception as e:  # noqa: BLE001
+        logger.debug("the workers were not asked to warm cuDF: %s", e)
+
+
+def warm_if_cold(dask_worker) -> bool:
+    """On a GPU worker that did not warm cuDF as it started (its plugin says so), with a real device and dask-cudf:
+    :func:`warm` in a thread of its own, and True; False elsewhere."""
+    plugin = next((p for p in dask_worker.plugins.values() if hasattr(p, "warm_cudf")), None)
+    if plugin is None or plugin.warm_cudf or plugin.device.get("simulated") or not _dask_cudf_installed():
+        return False
+    plugin.warm_cudf = True
+
+    def run():
+        try:
+            plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm(dask_worker.local_directory)
+        except Exception as e:  # noqa: BLE001  the worker's first dataframe task meets it again, and reports it
+            logger.warning("worker %s did not warm cuDF: %s", dask_worker.name, e)
+
+    threading.Thread(target=run, name=WARMING, daemon=True).start()
+    return True
