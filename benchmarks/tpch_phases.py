@@ -69,7 +69,7 @@ def main(argv=None) -> dict:
 
     from dask_gpu import LocalCUDACluster
     from dask_gpu.benchmarks.tpch import data
-    from dask_gpu.benchmarks.tpch.suite import _Dask, _pandas
+    from dask_gpu.benchmarks.tpch.suite import Dask, to_pandas
     from dask_gpu.report import machine_dict
 
     data.generate(args.data, args.scale, print, args.layout)
@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
         start = time.perf_counter()
         with LocalCUDACluster(n_workers=args.gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
             result["cluster_seconds"] = time.perf_counter() - start
-            engine = _Dask(plan, client, split=True)
+            engine = Dask(plan, client, split=True)
             if args.sample_first:
                 result["sampled_first"] = _sampled(lambda: [engine.run(n) for n in numbers])
                 print(json.dumps({k: v["busy"] for k, v in result["sampled_first"]["threads"].items()}, indent=1))
@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
                 times = []
                 for _ in range(2):
                     start = time.perf_counter()
-                    answer = _pandas(dask.compute(engine.queries[n](engine), scheduler="sync")[0])
+                    answer = to_pandas(dask.compute(engine.queries[n](engine), scheduler="sync")[0])
                     times.append(time.perf_counter() - start)
                 result["queries"][f"q{n}"]["local"] = min(times)
                 print(f"q{n}: local (sync scheduler, this process) {min(times):.3f}", flush=True)
@@ -260,7 +260,7 @@ def _timeline(client, engine, number) -> tuple:
     """A run of query ``number`` as the suite runs it, split by clock (seconds), and its answer."""
     from distributed import wait
 
-    from dask_gpu.benchmarks.tpch.suite import _pandas
+    from dask_gpu.benchmarks.tpch.suite import to_pandas
 
     with _stream(client) as tasks:
         clock = [time.time()]
@@ -269,7 +269,7 @@ def _timeline(client, engine, number) -> tuple:
         wait(future)
         value = future.result()
         clock.append(time.time())
-        answer = _pandas(value)
+        answer = to_pandas(value)
         clock.append(time.time())
     spans = [(s["start"], s["stop"], task["key"]) for task in tasks.data for s in task["startstops"]
              if s["action"] == "compute"]

@@ -33,7 +33,7 @@ def main(argv=None) -> dict:
     from distributed import Client, LocalCluster, get_task_stream
 
     from dask_gpu.benchmarks.tpch import data
-    from dask_gpu.benchmarks.tpch.suite import _Dask
+    from dask_gpu.benchmarks.tpch.suite import Dask
     from dask_gpu.report import machine_dict
 
     data.generate(args.data, args.scale, print)
@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
                                      "--device-memory-limit", args.device_memory_limit]) for i in range(args.workers)]
         try:
             client.wait_for_workers(args.workers, timeout=180)
-            engine = _Dask(plan, client, split=False)
+            engine = Dask(plan, client, split=False)
             for n in numbers:
                 row = result["queries"][f"q{n}"] = {}
                 times = []

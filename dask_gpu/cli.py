@@ -12,6 +12,7 @@ from importlib.util import find_spec
 import click
 
 from dask_gpu import devices, machine, parse, report
+from dask_gpu.benchmarks import SUITES
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
@@ -259,15 +260,13 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
     click.echo(json.dumps(rows, indent=2) if as_json else report.cluster_text(cluster, rows))
 
 
-_SUITE_OPTIONS = {"--shape": ("array",), "--chunks": ("array",), "--cpu-budget": ("array",), "--rows": ("dataframe",),
-                  "--scale": ("tpch",), "--engines": ("tpch",), "--layout": ("tpch",), "--data": ("dataframe", "tpch")}
-
-
 def _check_suite_options(suite: str, given: dict) -> None:
     """A usage error naming the options given that belong to other suites."""
-    wrong = [option for option, value in given.items() if value is not None and suite not in _SUITE_OPTIONS[option]]
+    from dask_gpu.benchmarks import OPTIONS
+
+    wrong = [option for option, value in given.items() if value is not None and suite not in OPTIONS[option]]
     if wrong:
-        theirs = sorted({name for option in wrong for name in _SUITE_OPTIONS[option]})
+        theirs = sorted({name for option in wrong for name in OPTIONS[option]})
         raise click.UsageError(f"{', '.join(wrong)}: options of --suite {' or '.join(theirs)}, not of --suite {suite}")
 
 
@@ -281,24 +280,20 @@ def _check_outputs(json_path, plot_path) -> None:
             raise click.UsageError(f"{flag} {path}: cannot be written here ({why}); give a writable path")
 
 
-def _write_data(suite: str, plan) -> None:
-    """The data suite's data, written with a progress bar where it is not there yet; a full disk in one line."""
-    from dask_gpu.benchmarks import dataframe
-    from dask_gpu.benchmarks.tpch import data as tpch_data
-
+def _write_data(module, plan) -> None:
+    """The suite's data, written with a progress bar where it is not there yet; a full disk in one line."""
+    lines = module.data_lines(plan) if hasattr(module, "data_lines") else 0
+    if not lines:
+        return
     try:
-        if suite == "dataframe" and dataframe.stale(plan.data):
-            with _Bar(plan.data.files + plan.data.right_files, "writing data") as bar:
-                dataframe.generate(plan.data, log=bar.step)
-        if suite == "tpch" and tpch_data.stale(plan.path, plan.scale, plan.layout):
-            with _Bar(tpch_data.log_lines(plan.scale), "writing data") as bar:
-                tpch_data.generate(plan.path, plan.scale, log=bar.step, layout=plan.layout)
+        with _Bar(lines, "writing data") as bar:
+            module.write_data(plan, log=bar.step)
     except OSError as e:  # a full disk, say: one line that says where
         raise click.ClickException(str(e)) from None
 
 
 @gpu.command(name="bench")
-@click.option("--suite", type=click.Choice(["array", "dataframe", "tpch", "ml"]), default="array", show_default=True,
+@click.option("--suite", type=click.Choice(list(SUITES)), default="array", show_default=True,
               help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, the 22 "
                    "TPC-H queries against DuckDB, Polars, pandas and cudf-polars, or hyper-parameter searches "
                    "against scikit-learn.")
@@ -341,36 +336,25 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
     --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
     --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars. With
     --suite ml: the same grid searches by scikit-learn on every core and with each fit on a GPU worker."""
-    from dask_gpu.benchmarks import dataframe, ml, seed
-    from dask_gpu.benchmarks.tpch import suite as tpch
+    from dask_gpu import benchmarks
+    from dask_gpu.benchmarks.common import Options
 
-    module = {"dataframe": dataframe, "tpch": tpch, "ml": ml}.get(suite, seed)
     _check_suite_options(suite, {"--shape": shape, "--chunks": chunks, "--cpu-budget": cpu_budget, "--rows": rows,
                                  "--scale": scale, "--engines": engines, "--layout": layout, "--data": data_dir})
-    names = [w.strip() for w in workloads.split(",")] if workloads else list(module.WORKLOADS)
     _check_outputs(json_path, plot_path)
-    checkpoint = functools.partial(_write_json, json_path) if json_path else None
+    module = benchmarks.suite(suite)
+    options = Options(size=size, workloads=tuple(w.strip() for w in workloads.split(",")) if workloads else None,
+                      compare=compare, gpus=gpus, protocol=protocol, repeat=repeat, timeout=timeout, shape=shape,
+                      chunks=chunks, cpu_budget=cpu_budget, rows=rows, scale=scale, data=data_dir, layout=layout,
+                      engines=engines)
     try:  # every argument checked before anything runs
-        if suite == "dataframe":
-            plan = dataframe.plan(size, rows, data_dir, names, compare, gpus, protocol, repeat, timeout)
-            steps, run = plan.steps, functools.partial(dataframe.run, plan)
-        elif suite == "ml":
-            plan = ml.plan(size, None, names, compare, gpus, protocol, repeat, timeout)
-            steps, run = plan.steps, functools.partial(ml.run, plan)
-        elif suite == "tpch":
-            plan = tpch.plan(size, scale, data_dir, names, compare, gpus, protocol, repeat, timeout, engines,
-                             layout or "suite")
-            steps, run = plan.steps, functools.partial(tpch.run, plan)
-        else:
-            steps = seed.check(size, shape, chunks, names, compare, protocol, repeat, timeout, cpu_budget, gpus)
-            run = functools.partial(seed.run, size, shape, chunks, names, compare, protocol=protocol, repeat=repeat,
-                                    timeout=timeout, cpu_budget=cpu_budget, gpus=gpus)
+        plan = module.planned(options)
     except (ValueError, ImportError) as e:
         raise click.UsageError(str(e)) from None
-    if suite in ("dataframe", "tpch"):
-        _write_data(suite, plan)
-    with _Bar(steps, "running") as bar:
-        results = run(progress=bar.step, status=bar.status, checkpoint=checkpoint)
+    _write_data(module, plan)
+    checkpoint = functools.partial(_write_json, json_path) if json_path else None
+    with _Bar(plan.steps, "running") as bar:
+        results = module.run(plan, progress=bar.step, status=bar.status, checkpoint=checkpoint)
     click.echo(module.table(results))
     if plot_path:
         module.plot(results, plot_path)

@@ -87,7 +87,7 @@ def test_a_column_whose_cluster_fails_to_start_is_a_result(no_gpu, monkeypatch):
 
     monkeypatch.setattr(seed, "_context", context)
     seen = []  # what a run stopped after each column would have kept
-    result = seed.run(shape=400, chunks=200, workloads=["sum", "mean"],
+    result = seed.run(seed.plan(shape=400, chunks=200, workloads=["sum", "mean"]),
                       checkpoint=lambda r: seen.append(len(r["runs"])))
     assert seen == [2, 4]
     gpu_runs = [r for r in result["runs"] if r["architecture"] == "1 GPU"]
@@ -167,7 +167,7 @@ def test_the_table_marks_right_and_wrong_answers():
 @pytest.mark.parametrize("protocol", ["tcp", pytest.param("ucx", marks=pytest.mark.skipif(
     find_spec("distributed_ucxx") is None, reason="needs distributed-ucxx"))])
 def test_the_gpu_columns_are_right(protocol):
-    result = seed.run(shape=4000, chunks=1000, workloads=["sum", "transpose"], protocol=protocol, repeat=2)
+    result = seed.run(seed.plan(shape=4000, chunks=1000, workloads=["sum", "transpose"], protocol=protocol, repeat=2))
     gpu_runs = [r for r in result["runs"] if "GPU" in r["architecture"]]
     assert gpu_runs and all(r.get("correct") for r in gpu_runs), gpu_runs
     assert all(len(r["all_seconds"]) == 2 and r["seconds"] == min(r["all_seconds"]) for r in gpu_runs)
@@ -190,3 +190,18 @@ def test_a_gpu_columns_start_up_says_how_long_its_workers_took_to_get_ready(simu
                        workers=[cluster.workers[name].worker_address])
         assert common.worker_startup(context) == {"worker_ready_seconds": 2.25}  # side by side: the slowest
     assert common.worker_startup(types.SimpleNamespace()) == {}  # cuDF in this process, DuckDB, Polars
+
+
+def test_every_suite_fills_in_one_interface_and_plans_from_the_command_s_options(tmp_path):
+    from dask_gpu import benchmarks
+    from dask_gpu.benchmarks.common import Options, Plan
+
+    for name in benchmarks.SUITES:
+        module = benchmarks.suite(name)
+        assert all(callable(getattr(module, member)) for member in ("planned", "run", "table", "plot")), name
+        assert module.WORKLOADS and issubclass(module.Plan, Plan)
+    array = benchmarks.suite("array").planned(Options(shape=400, chunks=200, workloads=("sum",)))
+    assert (array.shape, array.chunks, array.workloads) == (400, 200, ("sum",)) and array.steps == len(array.columns)
+    frames = benchmarks.suite("dataframe").planned(Options(rows=1000, data=str(tmp_path), workloads=("read",)))
+    assert frames.data.rows == 1000 and frames.steps == 1 + len(frames.columns)  # the references first
+    assert benchmarks.suite("dataframe").data_lines(frames) == frames.data.files + frames.data.right_files

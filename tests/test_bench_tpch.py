@@ -94,7 +94,7 @@ def test_query_11_keeps_the_specification_s_fraction():
 def test_the_dask_queries_answer_as_duckdb_does(tables, answers, parts):
     wrong = {}
     for n, query in dask_queries.QUERIES.items():
-        got = suite._pandas(dask.compute(query(Tables(tables, parts)), scheduler="sync")[0])
+        got = suite.to_pandas(dask.compute(query(Tables(tables, parts)), scheduler="sync")[0])
         why = data.same(got, answers[n])
         if why:
             wrong[n] = why
@@ -190,7 +190,7 @@ def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answ
     plan = suite.plan("small", SCALE, tables, engines="pandas")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        engine = suite._Dask(plan, client, split=True)
+        engine = suite.Dask(plan, client, split=True)
         for n in (5, 18, 21):  # merges, a group-by merged back, a top-n over a group-by
             phases = engine.phases(n)
             assert data.same(phases.pop("answer"), answers[n]) is None
@@ -217,7 +217,7 @@ def test_the_queries_on_two_simulated_gpu_workers_through_the_gpu_backend(simula
     with dask.config.set({"gpu.partition-size": 1_000_000, "gpu.shuffle": "all"}), \
             LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
         with dask.config.set({"dataframe.backend": "gpu"}):
-            engine = suite._Dask(plan, client, split=True)
+            engine = suite.Dask(plan, client, split=True)
             assert engine.read("lineitem").npartitions >= 6 and engine.read("orders").npartitions == 2
             wrong = {n: why for n in data.QUERIES
                      if (why := data.same(engine.run(n), want[n]) or data.same(engine.phases(n)["answer"], want[n]))}

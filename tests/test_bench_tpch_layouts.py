@@ -93,7 +93,7 @@ def test_the_queries_answer_alike_on_every_layout(layouts, layout, simulate, pan
     """The plain queries through the gpu backend's planned reads, several partitions a table, on the layout's files
     and on the suite's: the same answers, DuckDB's."""
     from dask_gpu.benchmarks.tpch import dask_queries
-    from dask_gpu.benchmarks.tpch.suite import _pandas
+    from dask_gpu.benchmarks.tpch.suite import to_pandas
 
     simulate(["80GB"])
     numbers = (1, 6, 13, 21)  # a group-by, a filter, a string filter and an outer count, an exists pattern
@@ -102,7 +102,7 @@ def test_the_queries_answer_alike_on_every_layout(layouts, layout, simulate, pan
         data.files(layouts[layout], t))})()
     with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": 2_000_000, "scheduler": "sync"}):
         assert tables.read("lineitem").npartitions > 2
-        wrong = {n: why for n in numbers if (why := data.same(_pandas(dask_queries.QUERIES[n](tables).compute()),
+        wrong = {n: why for n in numbers if (why := data.same(to_pandas(dask_queries.QUERIES[n](tables).compute()),
                                                               want[n]))}
     assert not wrong, wrong
     assert os.path.isdir(layouts[layout])

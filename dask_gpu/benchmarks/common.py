@@ -3,11 +3,13 @@ results on a cluster with a timeout, scaling, the table's cells and the bar char
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
 import time
 from importlib.util import find_spec
+from typing import ClassVar
 
 import dask
 
@@ -17,6 +19,46 @@ from dask_gpu.report import table as text_table
 TIMEOUT = 900  # seconds a run on a cluster may take before it is cancelled and reported as failed
 NO_DASK_CUDA = "dask-cuda is not installed: no comparison columns"
 _NAMES = {"cupy": "CuPy", "cudf": "cuDF"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The bench command's options, as given (None where not): what each suite's ``planned`` makes its plan of."""
+
+    size: str = "small"
+    workloads: tuple | None = None
+    compare: str | None = None
+    gpus: str | None = None
+    protocol: str | None = None
+    repeat: int = 1
+    timeout: float | None = None
+    shape: int | None = None
+    chunks: int | None = None
+    cpu_budget: float | None = None
+    rows: int | None = None
+    scale: float | None = None
+    data: str | None = None
+    layout: str | None = None
+    engines: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A checked request: what a suite's ``run`` does, decided before anything starts. Each suite adds what it
+    needs of its own (its data, its scale)."""
+
+    size: str
+    workloads: tuple
+    columns: tuple
+    notes: tuple
+    protocol: str
+    repeat: int
+    timeout: float
+    references: ClassVar[int] = 0  # the steps before the runs: reference answers
+
+    @property
+    def steps(self) -> int:
+        return self.references + len(self.columns) * len(self.workloads)
 
 
 def data_directory(path: str) -> None:

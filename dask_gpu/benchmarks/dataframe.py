@@ -24,7 +24,7 @@ import tempfile
 import time
 from contextlib import ExitStack, contextmanager
 from importlib.util import find_spec
-from typing import Callable
+from typing import Callable, ClassVar
 
 import dask
 import numpy as np
@@ -33,6 +33,7 @@ from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, 
                                         default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
+from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
@@ -79,21 +80,9 @@ class Data:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """A checked request: what ``run`` does, decided before anything starts."""
-
-    size: str
+class Plan(common.Plan):
     data: Data
-    workloads: tuple
-    columns: tuple
-    notes: tuple
-    protocol: str
-    repeat: int
-    timeout: float
-
-    @property
-    def steps(self) -> int:
-        return 1 + len(self.columns) * len(self.workloads)  # the references, then each run
+    references: ClassVar[int] = 1
 
 
 def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=None, protocol=None,
@@ -110,7 +99,23 @@ def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=
     protocol = protocol or default_protocol(cols)
     check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
     cols, notes = gpu_notes(cols, compare, GPU_LIBRARIES, find_spec)
-    return Plan(size, Data(data, rows), names, tuple(cols), tuple(notes), protocol, int(repeat), timeout)
+    return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
+                repeat=int(repeat), timeout=timeout, data=Data(data, rows))
+
+
+def planned(options) -> Plan:
+    """The bench command's options (:class:`~dask_gpu.benchmarks.common.Options`) as this suite's plan."""
+    return plan(options.size, options.rows, options.data, options.workloads, options.compare, options.gpus,
+                options.protocol, options.repeat, options.timeout)
+
+
+def data_lines(plan: Plan) -> int:
+    """The lines :func:`write_data` logs, 0 where the data is there already."""
+    return plan.data.files + plan.data.right_files if stale(plan.data) else 0
+
+
+def write_data(plan: Plan, log=None) -> None:
+    generate(plan.data, log=log)
 
 
 def columns(compare=None, gpus=None) -> list[tuple[str, str, int]]:

@@ -27,6 +27,7 @@ import numpy as np
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
+from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
@@ -76,20 +77,8 @@ WORKLOADS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """A checked request: what ``run`` does, decided before anything starts."""
-
-    size: str
+class Plan(common.Plan):
     rows: int
-    workloads: tuple
-    columns: tuple
-    notes: tuple
-    protocol: str
-    repeat: int
-
-    @property
-    def steps(self) -> int:
-        return len(self.columns) * len(self.workloads)
 
 
 def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
@@ -106,11 +95,18 @@ def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, proto
     if rows < 2 * FOLDS * CLASSES:
         raise ValueError(f"rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
                          f"not {rows}")
-    names, cols = tuple(workloads or WORKLOADS), columns(gpus)
+    names, cols, timeout = tuple(workloads or WORKLOADS), columns(gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
-    check_options(names, WORKLOADS, compare, protocol, repeat, timeout or TIMEOUT)
+    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
     cols, notes = gpu_notes(cols, None)
-    return Plan(size, rows, names, tuple(cols), tuple(notes), protocol, int(repeat))
+    return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
+                repeat=int(repeat), timeout=timeout, rows=rows)
+
+
+def planned(options) -> Plan:
+    """The bench command's options (:class:`~dask_gpu.benchmarks.common.Options`) as this suite's plan."""
+    return plan(options.size, None, options.workloads, options.compare, options.gpus, options.protocol,
+                options.repeat, options.timeout)
 
 
 def columns(gpus=None) -> list[tuple[str, str, int]]:

@@ -30,6 +30,7 @@ from dask_gpu import devices, internals  # noqa: F401  (tests replace devices.di
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
+from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import scaling  # noqa: F401  (seed.scaling, as before the dataframe suite)
 from dask_gpu.benchmarks.common import compute as _compute
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -105,37 +106,47 @@ def architectures(compare: str | None = None, gpus: str | None = None) -> list[t
     return columns + gpu_columns(gpu_counts(gpus, available_gpus(("cupy",), find_spec)), compare)
 
 
-def check(size="small", shape=None, chunks=None, workloads=None, compare=None, protocol=None, repeat=1,
-          timeout=None, cpu_budget=None, gpus=None) -> int:
-    """Every argument of :func:`run` checked (a ``ValueError`` that names the bad one); the number of runs."""
-    resolve_size(size, shape, chunks)
-    columns, names = architectures(compare, gpus), list(workloads or WORKLOADS)
-    check_options(names, WORKLOADS, compare, protocol or default_protocol(columns), repeat, timeout or TIMEOUT)
+@dataclasses.dataclass(frozen=True)
+class Plan(common.Plan):
+    shape: int
+    chunks: int
+    cpu_budget: float
+
+
+def plan(size="small", shape=None, chunks=None, workloads=None, compare=None, protocol=None, repeat=1,
+         timeout=None, cpu_budget=None, gpus=None) -> Plan:
+    """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
+    n, c = resolve_size(size, shape, chunks)
+    cols, names = architectures(compare, gpus), tuple(workloads or WORKLOADS)
+    protocol, timeout = protocol or default_protocol(cols), timeout or TIMEOUT
+    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
     if cpu_budget is not None and not 0 < cpu_budget < math.inf:
         raise ValueError(f"--cpu-budget ({cpu_budget}) must be a positive number of values")
-    return len(columns) * len(names)
+    cols, notes = gpu_notes(cols, compare, ("cupy",), find_spec)
+    return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
+                repeat=int(repeat), timeout=timeout, shape=n, chunks=c, cpu_budget=cpu_budget or CPU_BUDGET)
 
 
-def run(size="small", shape=None, chunks=None, workloads=None, compare=None, progress=None,
-        protocol=None, repeat=1, timeout=None, cpu_budget=None, gpus=None, checkpoint=None, status=None) -> dict:
+def planned(options) -> Plan:
+    """The bench command's options (:class:`~dask_gpu.benchmarks.common.Options`) as this suite's plan."""
+    return plan(options.size, options.shape, options.chunks, options.workloads, options.compare, options.protocol,
+                options.repeat, options.timeout, options.cpu_budget, options.gpus)
+
+
+def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
     """Every workload on every architecture; ``progress(label)`` is called before each run, ``status(label)``
     as a GPU column warms up, and ``checkpoint(result)`` after each column, so that a run stopped part way
     keeps what it measured."""
-    check(size, shape, chunks, workloads, compare, protocol, repeat, timeout, cpu_budget, gpus)
-    n, c = resolve_size(size, shape, chunks)
-    columns = architectures(compare, gpus)
-    protocol, timeout = protocol or default_protocol(columns), timeout or TIMEOUT
-    cpu_budget, names, repeat = cpu_budget or CPU_BUDGET, list(workloads or WORKLOADS), int(repeat)
-    result = {"shape": n, "chunks": c, "protocol": protocol, "repeat": repeat, "cpu_budget": cpu_budget,
-              "workloads": {w: WORKLOADS[w][0] for w in names},
-              "machine": machine_dict(), "columns": [label for label, _, _ in columns], "runs": []}
-    columns, result["notes"] = gpu_notes(columns, compare, ("cupy",), find_spec)
+    result = {"shape": plan.shape, "chunks": plan.chunks, "protocol": plan.protocol, "repeat": plan.repeat,
+              "cpu_budget": plan.cpu_budget, "workloads": {w: WORKLOADS[w][0] for w in plan.workloads},
+              "machine": machine_dict(), "columns": [label for label, _, _ in plan.columns], "runs": [],
+              "notes": list(plan.notes)}
 
     def measure(context, name, count):
-        return _measure(name, count, n, c, context.client, repeat, timeout, cpu_budget, status)
+        return _measure(name, count, plan, context.client, status)
 
-    return run_columns(result, columns, names, lambda kind, count: _context(kind, count, protocol), measure,
-                       progress, checkpoint)
+    return run_columns(result, list(plan.columns), list(plan.workloads),
+                       lambda kind, count: _context(kind, count, plan.protocol), measure, progress, checkpoint)
 
 
 class _context:
@@ -162,11 +173,11 @@ class _context:
             self.config.__exit__(*exc)
 
 
-def _measure(name, count, n, c, client, repeat, timeout, cpu_budget, status=None) -> dict:
-    make = WORKLOADS[name][1]
+def _measure(name, count, plan: Plan, client, status=None) -> dict:
+    make, n, c, repeat, timeout = WORKLOADS[name][1], plan.shape, plan.chunks, plan.repeat, plan.timeout
     if client is None:  # a CPU column: one run
         rs, repeat = da.random.RandomState(), 1
-        budget = max(cpu_budget, count * c * c)  # a chunk for every core at least
+        budget = max(plan.cpu_budget, count * c * c)  # a chunk for every core at least
     else:
         import cupy
 

@@ -17,12 +17,14 @@ import tempfile
 import time
 from contextlib import ExitStack, contextmanager
 from importlib.util import find_spec
+from typing import ClassVar
 
 import dask
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, error_text, gpu_client, gpu_columns, gpu_counts, gpu_notes,
                                         run_columns, runs_table, startup_lines)
+from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
 from dask_gpu.report import machine_dict
@@ -36,23 +38,11 @@ ENGINES = {"duckdb": "duckdb", "polars": "polars", "pandas": "cpu", "dask-gpu": 
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """A checked request: what ``run`` does, decided before anything starts."""
-
-    size: str
+class Plan(common.Plan):
     scale: float
     path: str
-    workloads: tuple
-    columns: tuple
-    notes: tuple
-    protocol: str
-    repeat: int
-    timeout: float
     layout: str = "suite"
-
-    @property
-    def steps(self) -> int:
-        return 1 + len(self.columns) * len(self.workloads)  # the references, then each run
+    references: ClassVar[int] = 1
 
 
 def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
@@ -82,7 +72,23 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
         if find_spec(library) is None and (engines is None or kind in kinds):
             notes.append(f"{library.replace('_', '-')} is not installed: no {kind} column")
     cols = [col for col in cols if kinds is None or col[1] in kinds]
-    return Plan(size, scale, path, names, tuple(cols), tuple(notes), protocol, int(repeat), timeout, layout)
+    return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
+                repeat=int(repeat), timeout=timeout, scale=scale, path=path, layout=layout)
+
+
+def planned(options) -> Plan:
+    """The bench command's options (:class:`~dask_gpu.benchmarks.common.Options`) as this suite's plan."""
+    return plan(options.size, options.scale, options.data, options.workloads, options.compare, options.gpus,
+                options.protocol, options.repeat, options.timeout, options.engines, options.layout or "suite")
+
+
+def data_lines(plan: Plan) -> int:
+    """The lines :func:`write_data` logs, 0 where the data is there already."""
+    return data.log_lines(plan.scale) if data.stale(plan.path, plan.scale, plan.layout) else 0
+
+
+def write_data(plan: Plan, log=None) -> None:
+    data.generate(plan.path, plan.scale, log=log, layout=plan.layout)
 
 
 def _kinds(engines) -> set | None:
@@ -189,7 +195,7 @@ def _column(kind, count, plan):
                 client = stack.enter_context(Client(stack.enter_context(cluster)))
             else:
                 client = gpu_client(stack, kind, count, plan.protocol)
-            yield _Dask(plan, client, split=kind == "gpu")
+            yield Dask(plan, client, split=kind == "gpu")
 
 
 class _DuckDB:
@@ -228,7 +234,7 @@ class _Polars:
         return self.queries[number](self).collect(engine=self.engine).to_pandas()
 
 
-class _Dask:
+class Dask:
     """Our Dask DataFrame queries on a cluster, each reading its tables with ``dd.read_parquet``."""
 
     def __init__(self, plan, client, split: bool):
@@ -244,7 +250,7 @@ class _Dask:
         return dd.read_parquet(data.files(self.path, table))
 
     def run(self, number):
-        return _pandas(compute(self.queries[number](self), self.client, self.timeout))
+        return to_pandas(compute(self.queries[number](self), self.client, self.timeout))
 
     def phases(self, number) -> dict:
         """One more run, split: building the collection, optimizing it, its graph, and the cluster's work; its
@@ -260,10 +266,10 @@ class _Dask:
         clock.append(time.perf_counter())
         steps = [b - a for a, b in zip(clock, clock[1:])]
         return {"build": steps[0], "optimize": steps[1], "graph": steps[2], "compute": steps[3], "tasks": tasks,
-                "partitions": getattr(optimized, "npartitions", 1), "answer": _pandas(answer)}
+                "partitions": getattr(optimized, "npartitions", 1), "answer": to_pandas(answer)}
 
 
-def _pandas(value):
+def to_pandas(value):
     """A query's answer as a pandas frame: from cuDF, from a Series, or from a scalar."""
     import pandas as pd
 
