@@ -11,8 +11,7 @@ from importlib.util import find_spec
 
 import click
 
-from dask_gpu import devices, machine, parse, report
-from dask_gpu.benchmarks import SUITES
+from dask_gpu import benchmarks, devices, machine, parse, report
 
 _pem = click.Path(exists=True, dir_okay=False, resolve_path=True)
 
@@ -262,11 +261,10 @@ def config(scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key, timeout, a
 
 def _check_suite_options(suite: str, given: dict) -> None:
     """A usage error naming the options given that belong to other suites."""
-    from dask_gpu.benchmarks import OPTIONS
-
-    wrong = [option for option, value in given.items() if value is not None and suite not in OPTIONS[option]]
+    owners = benchmarks.OPTIONS
+    wrong = [option for option, value in given.items() if value is not None and suite not in owners[option]]
     if wrong:
-        theirs = sorted({name for option in wrong for name in OPTIONS[option]})
+        theirs = sorted({name for option in wrong for name in owners[option]})
         raise click.UsageError(f"{', '.join(wrong)}: options of --suite {' or '.join(theirs)}, not of --suite {suite}")
 
 
@@ -293,7 +291,7 @@ def _write_data(module, plan) -> None:
 
 
 @gpu.command(name="bench")
-@click.option("--suite", type=click.Choice(list(SUITES)), default="array", show_default=True,
+@click.option("--suite", type=click.Choice(list(benchmarks.SUITES)), default="array", show_default=True,
               help="The seeds' array workloads, dataframe workloads on parquet data that the suite writes, the 22 "
                    "TPC-H queries against DuckDB, Polars, pandas and cudf-polars, or hyper-parameter searches "
                    "against scikit-learn.")
@@ -336,7 +334,6 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
     --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
     --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars. With
     --suite ml: the same grid searches by scikit-learn on every core and with each fit on a GPU worker."""
-    from dask_gpu import benchmarks
     from dask_gpu.benchmarks.common import Options
 
     _check_suite_options(suite, {"--shape": shape, "--chunks": chunks, "--cpu-budget": cpu_budget, "--rows": rows,

@@ -27,10 +27,10 @@ import dask
 import dask.array as da
 
 from dask_gpu import devices, internals  # noqa: F401  (tests replace devices.discover through this module)
+from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
-from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import scaling  # noqa: F401  (seed.scaling, as before the dataframe suite)
 from dask_gpu.benchmarks.common import compute as _compute
 from dask_gpu.benchmarks.common import plot as bar_chart
