@@ -8,6 +8,7 @@ On CPU, simulated devices and the stand-in device type; on a GPU, CuPy arrays an
 
 import gc
 import os
+import time
 
 import dask
 import psutil
@@ -55,14 +56,26 @@ def one_round(client, make, total, small, large, nbytes) -> None:
     assert client.gather(client.map(total, arrays[::7], pure=False)) == [nbytes * (i % 256) for i in range(0, large, 7)]
 
 
+def settled(client, timeout: float = 60) -> None:
+    """Returns once the scheduler and the workers hold no key: what the client lets go of reaches them in
+    batches, client to scheduler to workers, after the round's futures are gone."""
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) or any(
+            client.run(lambda dask_worker: len(dask_worker.data)).values()):
+        assert time.monotonic() < deadline, "keys still held a minute after the client let go of them"
+        time.sleep(0.05)
+
+
 def soak(client, make, total, small, large, nbytes):
     one_round(client, make, total, small, large, nbytes)
+    settled(client)
     client.run(gc.collect)
     baseline = client.run(usage)
     spilled = 0
     for _ in range(ROUNDS - 1):
         one_round(client, make, total, small, large, nbytes)
         spilled = sum(s["device-to-host-count"] for s in memory_stats(client).values())
+    settled(client)
     after = client.run(usage)
     assert spilled > 0, "the large tasks never spilled: the soak did not test spilling"
     for address, was in baseline.items():
