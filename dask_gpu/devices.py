@@ -112,7 +112,7 @@ def discover(simulate=None) -> System:
 
 def simulated_system(spec) -> System:
     """Devices from ``gpu.simulate``: a count, or a list of memory sizes."""
-    sizes = _simulated_sizes(spec)
+    sizes = parse.simulated_sizes(spec, SIMULATED_MEMORY, MAX_SIMULATED)
     cores = _split_cores(sorted(os.sched_getaffinity(0)), len(sizes))
     devices = tuple(
         Device(
@@ -133,43 +133,6 @@ def simulated_system(spec) -> System:
         driver_version="simulated",
         cuda_version="simulated",
     )
-
-
-def _simulated_sizes(spec) -> list[int]:
-    """A count (4, "4", 4.0) or a list of memory sizes (["16GB", 8e9] or "16GB,8GB")."""
-    given = spec
-    if isinstance(spec, str):
-        text = spec.strip()
-        spec = [t.strip() for t in text.split(",") if t.strip()]
-        if _is_index(text):
-            spec = int(text) if len(text) <= 9 else MAX_SIMULATED + 1  # int() refuses 4300 digits
-    if isinstance(spec, float) and spec.is_integer():
-        spec = int(spec)
-    if isinstance(spec, bool) or not isinstance(spec, (int, list, tuple)):
-        raise ValueError(f"gpu.simulate must be a count or a list of memory sizes, not {given!r}")
-    count = spec if isinstance(spec, int) else len(spec)
-    if count < 0:
-        raise ValueError(f"gpu.simulate must be a count >= 0, not {given!r}")
-    if count > MAX_SIMULATED:
-        raise ValueError(
-            f"gpu.simulate={given!r} asks for more than {MAX_SIMULATED} devices: for one device of "
-            "a memory size, give the size with a unit, e.g. '16GiB'"
-        )
-    if isinstance(spec, int):
-        return [SIMULATED_MEMORY] * spec
-    return [_size(s) for s in spec]
-
-
-def _size(value) -> int:
-    try:
-        size = parse.size(value)
-    except ValueError:
-        raise ValueError(
-            f"gpu.simulate entry {value!r} is not a memory size (e.g. '16GB' or 17179869184)"
-        ) from None
-    if size <= 0:
-        raise ValueError(f"gpu.simulate entry {value!r} must be a positive memory size")
-    return size
 
 
 def _split_cores(cores: Sequence[int], n: int) -> list[tuple[int, ...]]:
@@ -289,46 +252,7 @@ def _text(value) -> str:
 # -- CUDA_VISIBLE_DEVICES ---------------------------------------------------------
 
 
-def parse_visible_devices(value) -> tuple[str, ...] | None:
-    """``CUDA_VISIBLE_DEVICES`` as tokens: ints, ``GPU-`` and ``MIG-`` UUIDs (or their prefixes).
-
-    Accepts "0,1", "GPU-8a3f", [0, 1] or None (None: not set). Raises ValueError naming a bad entry.
-    """
-    if value is None:
-        return None
-    given = value
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if isinstance(value, str):
-        value = value.split(",") if value.strip() else []
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(
-            f"CUDA_VISIBLE_DEVICES must be a string like '0,1', a device index or a list of them, not {value!r}"
-        )
-    tokens = []
-    for raw in value:
-        token = str(raw).strip()
-        if isinstance(raw, bool) or not _valid_token(token):
-            raise ValueError(
-                f"CUDA_VISIBLE_DEVICES entry {raw!r} (of {given!r}) is not a device: use a GPU index (0, 1, ...), "
-                "a GPU UUID ('GPU-...') or a MIG UUID ('MIG-...'), separated by commas"
-            )
-        if token in tokens:
-            raise ValueError(f"CUDA_VISIBLE_DEVICES names device {token!r} twice")
-        tokens.append(token)
-    return tuple(tokens)
-
-
-def _is_index(token: str) -> bool:
-    """ASCII digits only: CUDA reads no other digits, though str.isdigit() takes "²" and int() "٣"."""
-    return token.isascii() and token.isdigit()
-
-
-def _valid_token(token: str) -> bool:
-    if _is_index(token):
-        return True
-    prefix, _, rest = token.partition("-")
-    return prefix.upper() in ("GPU", "MIG") and bool(rest)
+parse_visible_devices = parse.visible_devices  # the public name, beside the devices it names
 
 
 def select(system: System, visible=None) -> list[tuple[str, Device]]:
@@ -373,7 +297,7 @@ def rotate(tokens: Sequence[str], position: int) -> str:
 
 
 def _find(system: System, token: str) -> Device:
-    if _is_index(token):
+    if parse.is_index(token):
         for device in system.devices:
             if str(device.index) == (token.lstrip("0") or "0"):  # no int(): any number of digits
                 return device

@@ -2,11 +2,12 @@
 read what a value says, and ask nothing of the machine (:mod:`dask_gpu.machine` checks values against it).
 
 Sizes (bytes, "16GB"), fractions of a device or of the machine, counts, durations, flags, resources, pre-import
-module names, and what dask-gpu hands on to distributed unchanged: the cluster's scheduler port, host, dashboard
-address, log level and scheduler keywords, and each Nanny's and Worker's timeouts, environment and ports.
-distributed reads those only in the scheduler or in each worker process, where a wrong one is a trace per worker
-("Nanny failed to start"). Here each is one ValueError (TypeError for an unknown keyword), in the calling process
-before anything starts, naming the keyword, its valid forms and, where there is one, the closest valid value.
+module names, ``CUDA_VISIBLE_DEVICES`` and simulated devices, and what dask-gpu hands on to distributed unchanged:
+the cluster's scheduler port, host, dashboard address, log level and scheduler keywords, and each Nanny's and
+Worker's timeouts, environment and ports. distributed reads those only in the scheduler or in each worker process,
+where a wrong one is a trace per worker ("Nanny failed to start"). Here each is one ValueError (TypeError for an
+unknown keyword), in the calling process before anything starts, naming the keyword, its valid forms and, where
+there is one, the closest valid value.
 """
 
 from __future__ import annotations
@@ -455,3 +456,85 @@ def port_range(spec, flag: str) -> range:
     if last < first:
         raise ValueError(f"{flag} {spec!r}: a range's last port must be above its first, e.g. 9000:9010")
     return range(first, last + 1)
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+def visible_devices(value) -> tuple[str, ...] | None:
+    """``CUDA_VISIBLE_DEVICES`` as tokens: ints, ``GPU-`` and ``MIG-`` UUIDs (or their prefixes).
+
+    Accepts "0,1", "GPU-8a3f", [0, 1] or None (None: not set). Raises ValueError naming a bad entry.
+    """
+    if value is None:
+        return None
+    given = value
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, str):
+        value = value.split(",") if value.strip() else []
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"CUDA_VISIBLE_DEVICES must be a string like '0,1', a device index or a list of them, not {value!r}"
+        )
+    tokens = []
+    for raw in value:
+        token = str(raw).strip()
+        if isinstance(raw, bool) or not _device_token(token):
+            raise ValueError(
+                f"CUDA_VISIBLE_DEVICES entry {raw!r} (of {given!r}) is not a device: use a GPU index (0, 1, ...), "
+                "a GPU UUID ('GPU-...') or a MIG UUID ('MIG-...'), separated by commas"
+            )
+        if token in tokens:
+            raise ValueError(f"CUDA_VISIBLE_DEVICES names device {token!r} twice")
+        tokens.append(token)
+    return tuple(tokens)
+
+
+def is_index(token: str) -> bool:
+    """ASCII digits only: CUDA reads no other digits, though str.isdigit() takes "²" and int() "٣"."""
+    return token.isascii() and token.isdigit()
+
+
+def _device_token(token: str) -> bool:
+    if is_index(token):
+        return True
+    prefix, _, rest = token.partition("-")
+    return prefix.upper() in ("GPU", "MIG") and bool(rest)
+
+
+def simulated_sizes(spec, memory: int, most: int) -> list[int]:
+    """``gpu.simulate``'s devices' memory sizes: a count (4, "4", 4.0) of devices of ``memory`` bytes, or a list of
+    sizes (["16GB", 8e9] or "16GB,8GB"); at most ``most`` devices."""
+    given = spec
+    if isinstance(spec, str):
+        text = spec.strip()
+        spec = [t.strip() for t in text.split(",") if t.strip()]
+        if is_index(text):
+            spec = int(text) if len(text) <= 9 else most + 1  # int() refuses 4300 digits
+    if isinstance(spec, float) and spec.is_integer():
+        spec = int(spec)
+    if isinstance(spec, bool) or not isinstance(spec, (int, list, tuple)):
+        raise ValueError(f"gpu.simulate must be a count or a list of memory sizes, not {given!r}")
+    count = spec if isinstance(spec, int) else len(spec)
+    if count < 0:
+        raise ValueError(f"gpu.simulate must be a count >= 0, not {given!r}")
+    if count > most:
+        raise ValueError(
+            f"gpu.simulate={given!r} asks for more than {most} devices: for one device of "
+            "a memory size, give the size with a unit, e.g. '16GiB'"
+        )
+    if isinstance(spec, int):
+        return [memory] * spec
+    return [_simulated_size(s) for s in spec]
+
+
+def _simulated_size(value) -> int:
+    try:
+        found = size(value)
+    except ValueError:
+        raise ValueError(
+            f"gpu.simulate entry {value!r} is not a memory size (e.g. '16GB' or 17179869184)"
+        ) from None
+    if found <= 0:
+        raise ValueError(f"gpu.simulate entry {value!r} must be a positive memory size")
+    return found
