@@ -18,6 +18,8 @@ their inputs, not computed anew:
   (``is_dataframe_like`` looks for ``dtypes``): 2,300 and 1,500 calls over the 22 queries, a tenth of the
   client's time. They depend only on the columns' labels and dtypes; each call gets a copy, which a user may
   change.
+- An expression's list of column labels, which dask makes anew from its meta at each call (3,000 calls over the
+  22 queries), kept for each meta object; each call gets a list of its own.
 
 Kept metas are shared by the expressions of one kind, as dask shares an expression's meta with every user of
 it (a sort's meta is its input's): a cuDF frame's shallow copy cost about a millisecond. An operand's kind is
