@@ -142,12 +142,7 @@ def _column_list(compute):
             meta = expr._meta
         except Exception:  # no meta: dask's own answer, or its error
             return compute(expr)
-        found = _column_lists.get(id(meta))
-        if found is None or found[0] is not meta:
-            if len(_column_lists) >= LIMIT:
-                _column_lists.clear()
-            found = _column_lists[id(meta)] = meta, tuple(compute(expr))  # the meta held: its id stays its own
-        return list(found[1])
+        return list(_for_meta(_column_lists, meta, lambda: tuple(compute(expr))))
 
     kept.by_kind = True
     return kept
@@ -191,13 +186,17 @@ def expression_kind(expr) -> tuple:
         meta = expr._meta
     except NotImplementedError:  # an expression of no frame (a delayed object's): no kind
         raise TypeError(f"no kind for an operand of type {type(expr).__name__}") from None
-    found = _kinds.get(id(meta))
+    scalar = isinstance(meta, np.generic)  # a reduction's: it stands for its type, its value is a stand-in's
+    return _for_meta(_kinds, meta, lambda: (type(meta), meta.dtype) if scalar else meta_kind(meta))
+
+
+def _for_meta(cache: dict, meta, compute):
+    """``compute()``, kept in ``cache`` for the object ``meta`` while it is there."""
+    found = cache.get(id(meta))
     if found is None or found[0] is not meta:
-        if len(_kinds) >= LIMIT:
-            _kinds.clear()
-        # a scalar meta (a reduction's) stands for its type: its value is a stand-in's
-        kind = (type(meta), meta.dtype) if isinstance(meta, np.generic) else meta_kind(meta)
-        found = _kinds[id(meta)] = meta, kind  # the meta held: its id stays its own
+        if len(cache) >= LIMIT:
+            cache.clear()
+        found = cache[id(meta)] = meta, compute()  # the meta held: its id stays its own
     return found[1]
 
 
