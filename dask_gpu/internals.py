@@ -50,6 +50,7 @@ _LAZY = {
     "SortValues": ("dask.dataframe.dask_expr._shuffle", "SortValues"),
     "TreeReduce": ("dask.dataframe.dask_expr._reductions", "TreeReduce"),
     "SimpleShuffle": ("dask.dataframe.dask_expr._shuffle", "SimpleShuffle"),
+    "get_default_shuffle_method": ("dask.dataframe.dask_expr._util", "get_default_shuffle_method"),
     "AssignPartitioningIndex": ("dask.dataframe.dask_expr._shuffle", "AssignPartitioningIndex"),
     "is_filter_pushdown_available": ("dask.dataframe.dask_expr._expr", "is_filter_pushdown_available"),
     "determine_column_projection": ("dask.dataframe.dask_expr._expr", "determine_column_projection"),

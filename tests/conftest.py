@@ -128,6 +128,15 @@ def array_optimization():
     install()
 
 
+@pytest.fixture(autouse=True)
+def no_kept_plans():
+    """Each test plans its queries anew: a plan kept by another (its files named alike) is not this one's."""
+    yield
+    planner = sys.modules.get("dask_gpu.dataframe.planner")
+    if planner is not None:
+        planner._plans.clear()
+
+
 @pytest.fixture
 def collector_on():
     """Python's cycle collector on for the test, as it was afterwards."""

@@ -475,3 +475,48 @@ def test_expressions_column_lists_kept_equal_dask_s(by_kind):
         assert collection.expr.columns == dasks(collection.expr)
     meta.install()
     assert dx.Expr.columns.fget.__wrapped__ is dasks  # kept once
+
+
+MERGES = [dict(on="k"), dict(on="k", how="left"), dict(on="k", how="right"), dict(on="k", how="outer"),
+          dict(on="k", how="leftsemi"), dict(on=["k", "s"], how="left"), dict(left_on="k", right_on="k32"),
+          dict(left_on="k", right_on="k32", how="left", suffixes=("_l", "_r")), dict(left_on="s", right_on="s"),
+          dict(left_index=True, right_index=True), dict(left_on="k", right_index=True, how="left")]
+
+
+def test_merge_metas_of_pandas_frames_are_dask_s(by_kind):
+    left, right = frames()
+    merge = left.merge(right, on="k", how="left").expr
+    assert meta._merged_empties(merge) is None and not meta._on_empties(left._meta)
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+@pytest.mark.filterwarnings("ignore:Merging dataframes with merge column data type mismatches")
+@pytest.mark.parametrize("kwargs", MERGES, ids=[repr(k) for k in MERGES])
+def test_cudf_metas_on_empty_inputs_are_those_of_the_partitions(by_kind, kwargs):
+    """A merge's and an isin's meta on empty cuDF inputs: the columns and dtypes of the operation on the partitions
+    (dask's on its stand-ins has the same columns, its strings in the default dtype whatever the inputs' was)."""
+    import cudf
+    from dask.dataframe.dask_expr import new_collection
+
+    left = cudf.DataFrame({"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [1.0, 2, 3], "t": pd.to_datetime(["2000"] * 3),
+                           "f": [True, False, True]})
+    right = cudf.DataFrame({"k": [1, 2, 5], "k32": np.array([1, 2, 5], dtype="int32"), "s": ["a", "b", "z"],
+                            "x": [0.5, 0.5, 0.5], "n": np.array([7, 8, 9], dtype="int16")})
+    if kwargs.get("right_index"):
+        right = right.set_index("k32")
+    joined = dd.from_pandas(left, npartitions=2).merge(dd.from_pandas(right, npartitions=1), **kwargs).expr
+    merge = next(node for node in joined.walk() if isinstance(node, Merge))
+    got = meta._merged_empties(merge)
+    keywords = dict(merge.kwargs, how="left" if merge.kwargs["how"] == "leftsemi" else merge.kwargs["how"])
+    partitions = new_collection(merge.left).compute().merge(new_collection(merge.right).compute(), **keywords)
+    assert type(got) is type(partitions)
+    assert_same_meta(got.to_pandas(), partitions.head(0).to_pandas())
+    assert list(got.columns) == list(computed(merge).columns)
+    for frame in (left, right):
+        series = dd.from_pandas(frame, npartitions=1).x.isin([0.5, 2.0]).expr
+        got, want = meta._isin_empties(series), computed(series)
+        assert type(got) is type(want)
+        pd.testing.assert_series_equal(got.to_pandas(), want.to_pandas())
+    categories = dd.from_pandas(left.astype({"s": "category"}), npartitions=1)
+    assert meta._merged_empties(categories.merge(categories, on="k").expr) is None  # dask's stand-ins

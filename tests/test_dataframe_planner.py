@@ -1,6 +1,8 @@
 """The planner's rules where dask lowers joins and sorts, and optimize() kept by a later compute
 (dask_gpu.dataframe.planner, .collections), with pandas partitions on the CPU."""
 
+import collections as collections_module
+
 import dask
 import dask.dataframe as dd
 import numpy as np
@@ -207,3 +209,44 @@ def test_an_optimized_expression_pickles_as_its_graph_when_small(planned_pandas,
         pd.testing.assert_series_equal(dask.get(again.__dask_graph__(), keys)[0], want[0])
         del again
         gc.collect()
+
+
+def test_a_query_of_files_is_optimized_once_until_its_files_or_settings_change(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dask_gpu.dataframe import parquet
+
+    def write(rows):
+        frame = pd.DataFrame({"k": np.arange(rows) % 7, "x": np.linspace(0, 1, rows), "s": ["a", "b"] * (rows // 2)})
+        pq.write_table(pa.Table.from_pandas(frame), tmp_path / "t.parquet")
+        return frame
+
+    def query(table):
+        return table[table.s.isin(["a"]) & (table.x > 0.25)].groupby("k").x.sum()
+
+    lowered = []
+    dasks = planner.without_needless_stages
+    monkeypatch.setattr(planner, "without_needless_stages", lambda expr: lowered.append(expr) or dasks(expr))
+    monkeypatch.setattr(planner, "_plans", collections_module.OrderedDict())
+    monkeypatch.setattr(planner, "PLANS", 2)
+
+    def read():
+        return parquet.read_parquet(str(tmp_path), None, engine="pandas", partition_bytes=2**20)
+
+    frame = write(1000)
+    first = planner.optimize(query(read()).expr)
+    (oldest,) = planner._plans
+    assert planner.optimize(query(read()).expr) is first and len(lowered) == 1  # the same files, the same plan
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        planner.optimize(query(read()).expr)
+        assert len(lowered) == 2
+    frame = write(1002)  # new contents: a new plan, and their answer
+    again = query(read())
+    assert planner.optimize(again.expr)._name != first._name and len(lowered) == 3
+    pd.testing.assert_series_equal(again.compute().sort_index(), query(frame), check_names=False)
+    assert len(planner._plans) == 2 and oldest not in planner._plans  # the least recently used went
+    in_memory = query(dd.from_pandas(frame, npartitions=2))
+    assert planner.plan_key(in_memory.expr, True) is None  # never kept: it would hold the data
+    planner.optimize(in_memory.expr)
+    assert len(planner._plans) == 2

@@ -20,14 +20,20 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   one partition is one task, not two.
 
 :func:`planned` gives an expression the first two rules where it is a join or a sort; :func:`optimize`, which
-optimizes the collections' expressions, applies the other two to the lowered expression before its tasks are fused.
+optimizes the collections' expressions, applies the other two to the lowered expression before its tasks are fused,
+and keeps what it made for a query of files, which a query run again takes as it is.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import json
+
+import dask
 
 from dask_gpu import internals
+from dask_gpu.dataframe import parquet
 
 SORT_PARTITIONS = 4  # the most partitions sorted in one: a few partitions of about the target size
 
@@ -39,9 +45,42 @@ def planned(expr):
 
 
 def optimize(expr, fuse: bool = True):
-    """dask's optimization of ``expr``, with no stage of one partition into one, fused with ``fuse``."""
+    """dask's optimization of ``expr``, with no stage of one partition into one, fused with ``fuse``; kept for a
+    query of files (:func:`plan_key`)."""
+    key = plan_key(expr, fuse)
+    found = _plans.get(key) if key is not None else None
+    if found is not None:
+        _plans.move_to_end(key)
+        return found
     lowered = without_needless_stages(expr.optimize(fuse=False))
-    return lowered.fuse() if fuse else lowered
+    optimized = lowered.fuse() if fuse else lowered
+    if key is not None:
+        _plans[key] = optimized
+        if len(_plans) > PLANS:
+            _plans.popitem(last=False)
+    return optimized
+
+
+PLANS = 64  # the optimized queries kept, the least recently used dropped first
+_plans: collections.OrderedDict = collections.OrderedDict()  # plan_key -> an optimized expression
+
+
+def plan_key(expr, fuse: bool) -> tuple | None:
+    """What an optimized query depends on, where it reads only parquet files: its name (which names each file with
+    its size and time), the settings, and the shuffle dask picks (its default depends on whether there is a
+    client). A query run again (a notebook's cell, a dashboard's refresh) is then optimized once: dask's optimizer
+    takes 10 to 50 ms a TPC-H query, warm, and each new kind of operation asks cuDF for its meta. A query of data
+    in memory is not kept, so that this never holds its data. None where the query is not kept."""
+    nodes = list(expr.walk())
+    values = {node.operand("values")._name for node in nodes
+              if isinstance(node, internals.Isin) and internals.isin_values(node) is not None}
+    if not all(node.dependencies() or isinstance(node, parquet.ReadParquet) or node._name in values for node in nodes):
+        return None
+    try:
+        settings = json.dumps(dask.config.config, sort_keys=True, default=repr)
+    except TypeError:  # labels that do not sort
+        return None
+    return expr._name, fuse, settings, internals.get_default_shuffle_method()
 
 
 def without_needless_stages(expr):
