@@ -340,7 +340,7 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
                                  "--scale": scale, "--engines": engines, "--layout": layout, "--data": data_dir})
     _check_outputs(json_path, plot_path)
     module = benchmarks.suite(suite)
-    options = Options(size=size, workloads=tuple(w.strip() for w in workloads.split(",")) if workloads else None,
+    options = Options(size=size, workloads=parse.name_list(workloads),
                       compare=compare, gpus=gpus, protocol=protocol, repeat=repeat, timeout=timeout, shape=shape,
                       chunks=chunks, cpu_budget=cpu_budget, rows=rows, scale=scale, data=data_dir, layout=layout,
                       engines=engines)

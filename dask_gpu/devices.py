@@ -288,7 +288,7 @@ def find(device, system: System | None = None) -> Device:
 
 def own_device(system: System | None = None) -> Device:
     """This process's device: the first of its ``CUDA_VISIBLE_DEVICES`` (a worker's own GPU), else device 0."""
-    return find(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0", system)
+    return find(parse.own_device_token(os.environ.get("CUDA_VISIBLE_DEVICES")) or "0", system)
 
 
 def rotate(tokens: Sequence[str], position: int) -> str:

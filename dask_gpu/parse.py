@@ -83,11 +83,28 @@ def choice(value, choices, what: str) -> str | None:
     return name
 
 
+def name_list(value) -> tuple[str, ...] | None:
+    """Names given as "a,b" (each stripped, blanks dropped) or a list; None where none is given. Whether they are
+    known is the caller's to say."""
+    if value is None:
+        return None
+    names = tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
+    return names or None
+
+
+def counts(value, what: str, kind: str = "whole numbers") -> list[int]:
+    """Whole numbers (of ``kind``) given as "1,2,4" or one, sorted, each once."""
+    try:
+        return sorted({int(part) for part in str(value).split(",")})
+    except ValueError:
+        raise ValueError(f"{what} takes {kind} separated by commas, such as 1,2,4, not {value!r}") from None
+
+
 def names_among(value, choices, what: str, kind: str = "names") -> tuple[str, ...] | None:
     """Names among ``choices`` (of ``kind``), as "a,b" or a list, each once; None where not given."""
     if value is None:
         return None
-    names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    names = list(name_list(value) or ()) if isinstance(value, str) else value
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in choices for n in names):
         raise ValueError(f"{what}={value!r} must name {kind} among {', '.join(choices)}, as "
                          f"{','.join(reversed(choices))!r} or {list(reversed(choices))!r}")
@@ -459,6 +476,13 @@ def port_range(spec, flag: str) -> range:
 
 
 # --- devices -------------------------------------------------------------------------------------
+
+def own_device_token(value: str | None) -> str | None:
+    """The first entry of ``CUDA_VISIBLE_DEVICES`` (``value``; a worker's own GPU, which its cluster puts first),
+    stripped; None where it is unset or names none."""
+    first = (value or "").split(",")[0].strip()
+    return first or None
+
 
 def visible_devices(value) -> tuple[str, ...] | None:
     """``CUDA_VISIBLE_DEVICES`` as tokens: ints, ``GPU-`` and ``MIG-`` UUIDs (or their prefixes).

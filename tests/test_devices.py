@@ -657,3 +657,21 @@ def test_nvml_device_error_is_a_state(monkeypatch):
     system = devices.nvml_system()
     assert isinstance(system, System)
     assert system.state is State.NVML_ERROR and "GPU is lost" in system.message and not system.usable
+
+
+@pytest.mark.parametrize("value, token", [(None, None), ("", None), (" ", None), ("2", "2"), (" 3 ,0", "3"),
+                                          ("GPU-8a3f,1", "GPU-8a3f"), (",1", None)])
+def test_a_worker_s_own_device_is_the_first_visible_one(value, token):
+    from dask_gpu import parse
+
+    assert parse.own_device_token(value) == token
+
+
+def test_lists_of_names_and_counts_are_parsed_in_one_place():
+    from dask_gpu import parse
+
+    assert parse.name_list(" duckdb, dask-gpu,,") == ("duckdb", "dask-gpu") and parse.name_list("") is None
+    assert parse.name_list(["a", "b"]) == ("a", "b") and parse.name_list(None) is None
+    assert parse.counts("4,1,2,1", "--gpus") == [1, 2, 4] and parse.counts(2, "--gpus") == [2]
+    with pytest.raises(ValueError, match="--gpus takes GPU counts separated by commas, such as 1,2,4, not '1,two'"):
+        parse.counts("1,two", "--gpus", "GPU counts")

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import dask
 
-from dask_gpu import devices
+from dask_gpu import devices, parse
 from dask_gpu.report import table as text_table
 
 TIMEOUT = 900  # seconds a run on a cluster may take before it is cancelled and reported as failed
@@ -103,10 +103,7 @@ def gpu_counts(spec: str | None, available: int) -> list[int]:
     """The GPU counts of the GPU columns: ``spec`` ("1,2,4,8"), or 1 and all of them."""
     if spec is None:
         return sorted({1, available}) if available else []
-    try:
-        counts = sorted({int(part) for part in str(spec).split(",")})
-    except ValueError:
-        raise ValueError(f"--gpus takes GPU counts separated by commas, such as 1,2,4, not {spec!r}") from None
+    counts = parse.counts(spec, "--gpus", "GPU counts")
     present = len(devices.discover().devices)  # simulated ones too: a count is checked where no column can run
     if counts[0] < 1 or counts[-1] > max(present, available):
         raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs here ({max(present, available)})")

@@ -20,7 +20,7 @@ from importlib.util import find_spec
 
 from dask.utils import format_bytes
 
-from dask_gpu.parse import choice, flag, in_bytes, names_among, size_or_fraction
+from dask_gpu.parse import choice, flag, in_bytes, names_among, own_device_token, size_or_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ def _describer(cupy, held, describe):
         try:
             rt = cupy.cuda.runtime
             free, total = rt.memGetInfo()
-            token = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]  # the worker's own GPU comes first
+            token = own_device_token(os.environ.get("CUDA_VISIBLE_DEVICES"))  # the worker's own GPU
             where = f"GPU {token} (CUDA device {rt.getDevice()})" if token else f"CUDA device {rt.getDevice()}"
             parts += [f"{where} has {format_bytes(free)} free of {format_bytes(total)}", held()]
         except Exception as e:  # only diagnostics: never hide the allocation error

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import dask
 
+from dask_gpu import parse
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, error_text, gpu_client, gpu_columns, gpu_counts, gpu_notes,
                                         run_columns, runs_table, startup_lines)
@@ -95,7 +96,7 @@ def _kinds(engines) -> set | None:
     """The column kinds of ``engines`` ("duckdb,dask-gpu" or a list; None: every one installed)."""
     if engines is None:
         return None
-    names = [e.strip() for e in engines.split(",")] if isinstance(engines, str) else list(engines)
+    names = list(parse.name_list(engines) or ())
     unknown = [name for name in names if name not in ENGINES]
     if unknown or not names:
         raise ValueError(f"--engines {','.join(names)}: choose from {', '.join(ENGINES)}")
