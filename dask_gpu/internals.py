@@ -19,6 +19,7 @@ access, by the module's ``__getattr__``; attribute chains are small functions.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import sys
 
@@ -93,17 +94,27 @@ def __getattr__(name: str):
 
 # --- distributed ------------------------------------------------------------------------------
 
-def known_type_name(key) -> str | None:
-    """The type of ``key``'s value as a scheduler of this process has it (``TaskState.type``, a dotted name),
-    where one has it. A graph that a scheduler takes in holds its persisted values as futures unpickled
-    there, which know no type; the scheduler knows it from the worker that holds the value."""
-    from distributed.scheduler import Scheduler
+_taking = contextvars.ContextVar("dask_gpu_scheduler_taking_a_graph", default=None)
 
-    for scheduler in list(Scheduler._instances):
-        ts = scheduler.tasks.get(key)
-        if ts is not None and ts.type:
-            return ts.type
-    return None
+
+@contextlib.contextmanager
+def taking_graph(scheduler):
+    """While ``scheduler`` takes a graph in (its ``update_graph``, and the threads it hands the work to): the
+    scheduler that :func:`known_type_name` asks."""
+    token = _taking.set(scheduler)
+    try:
+        yield
+    finally:
+        _taking.reset(token)
+
+
+def known_type_name(key) -> str | None:
+    """The type of ``key``'s value as the scheduler taking a graph in has it (``TaskState.type``, a dotted
+    name), where it has it; None elsewhere. A graph that a scheduler takes in holds its persisted values as
+    futures unpickled there, which know no type; the scheduler knows it from the worker that holds the value."""
+    scheduler = _taking.get()
+    ts = scheduler.tasks.get(key) if scheduler is not None else None
+    return ts.type if ts is not None and ts.type else None
 
 
 def scheduler_identity(client) -> dict:

@@ -170,7 +170,9 @@ class GPUScheduler(Scheduler):
         quiet_shuffle_logs()
 
     async def update_graph(self, *args, **kwargs):
-        with collector_paused():  # unpickling and materializing make a task object per chunk, and more
+        # unpickling and materializing make a task object per chunk, and more; the array optimizer, which runs as
+        # the graph is materialized, asks this scheduler the types of the values that the graph's futures hold
+        with collector_paused(), internals.taking_graph(self):
             return await super().update_graph(*args, **kwargs)
 
 

@@ -122,16 +122,27 @@ def test_on_cupy_the_answers_equal_numpy_s_and_stay_cupy(name):
     assert np.allclose(cupy.asnumpy(got), REDUCTIONS[name](x).compute(), rtol=1e-10)
 
 
-def test_a_scheduler_knows_the_type_of_a_persisted_value():
-    from distributed import Client, LocalCluster
+def test_the_scheduler_taking_a_graph_in_knows_the_type_of_a_persisted_value(simulate, monkeypatch):
+    """The array optimizer runs as the scheduler materializes a graph; the futures there know no type, and the
+    scheduler taking the graph in is asked for it (none is asked outside that)."""
+    import types
 
-    from dask_gpu import internals
+    from distributed import Client, futures_of, wait
 
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
-        future = client.submit(np.ones, 3)
-        future.result()
-        assert internals.known_type_name(future.key) == "numpy.ndarray"
-        assert internals.known_type_name("no-such-key") is None
+    from dask_gpu import LocalCUDACluster, internals
+
+    asked = []
+    known = internals.known_type_name
+    monkeypatch.setattr(internals, "known_type_name", lambda key: asked.append((key, known(key))) or asked[-1][1])
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or types.ModuleType("cupy"))  # GPU data may be
+    simulate(1)
+    with LocalCUDACluster(dashboard_address=False) as cluster, Client(cluster) as client:
+        x = da.ones((40, 30), chunks=10).persist()
+        wait(x)
+        assert float(client.compute((x > 0.5).sum()).result()) == 1200
+        assert asked and {name for _, name in asked} == {"numpy.ndarray"}
+        assert {key for key, _ in asked} <= {future.key for future in futures_of(x)}
+        assert known(asked[0][0]) is None  # outside a graph's taking in
 
 
 FAKE_CUPY = '''

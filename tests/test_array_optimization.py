@@ -331,6 +331,26 @@ def test_persisted_chunks_whose_futures_say_gpu_fuse(monkeypatch):
 
 
 @gpu
+def test_the_scheduler_taking_a_graph_in_knows_its_futures_hold_cupy_chunks(monkeypatch):
+    import cupy
+    from distributed import Client, futures_of, wait
+
+    from dask_gpu import LocalCUDACluster, internals
+
+    asked = []
+    known = internals.known_type_name
+    monkeypatch.setattr(internals, "known_type_name", lambda key: asked.append((key, known(key))) or asked[-1][1])
+    with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+        x = da.random.default_rng(5).random((3000, 2000), chunks=1000)
+        y = x.map_blocks(cupy.asarray).persist()
+        wait(y)
+        got = client.compute((y > 0.5).sum()).result()  # materialized, and optimized, by the scheduler
+        assert int(got) == int((x > 0.5).sum().compute())
+        assert {key for key, _ in asked} <= {future.key for future in futures_of(y)}
+        assert asked and all(name.startswith("cupy") for _, name in asked)
+
+
+@gpu
 def test_persisted_cupy_chunks_fuse_on_a_cluster():
     import cupy
     from distributed import Client, wait
