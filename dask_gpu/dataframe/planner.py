@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import threading
 
 import dask
 
@@ -48,21 +49,24 @@ def optimize(expr, fuse: bool = True):
     """dask's optimization of ``expr``, with no stage of one partition into one, fused with ``fuse``; kept for a
     query of files (:func:`plan_key`)."""
     key = plan_key(expr, fuse)
-    found = _plans.get(key) if key is not None else None
-    if found is not None:
-        _plans.move_to_end(key)
-        return found
+    with _plans_lock:  # threads of one client may compute at once
+        found = _plans.get(key) if key is not None else None
+        if found is not None:
+            _plans.move_to_end(key)
+            return found
     lowered = without_needless_stages(expr.optimize(fuse=False))
     optimized = lowered.fuse() if fuse else lowered
     if key is not None:
-        _plans[key] = optimized
-        if len(_plans) > PLANS:
-            _plans.popitem(last=False)
+        with _plans_lock:
+            _plans[key] = optimized
+            if len(_plans) > PLANS:
+                _plans.popitem(last=False)
     return optimized
 
 
 PLANS = 64  # the optimized queries kept, the least recently used dropped first
 _plans: collections.OrderedDict = collections.OrderedDict()  # plan_key -> an optimized expression
+_plans_lock = threading.Lock()
 
 
 def plan_key(expr, fuse: bool) -> tuple | None:
