@@ -644,6 +644,11 @@ def test_worker_spec_is_dask_gpu_s_spec():
     spec = worker_spec(CUDA_VISIBLE_DEVICES=[0], cls=Nanny, interface=None, dashboard_address=None)
     assert {k: spec["gpu-0"]["options"][k] for k in ("interface", "protocol", "dashboard_address", "silence_logs")} \
         == {"interface": None, "protocol": None, "dashboard_address": None, "silence_logs": True}
+    # as dask-cuda's: a spec names an interface whether or not the machine making it has it; a name it must be
+    assert worker_spec(CUDA_VISIBLE_DEVICES=[0], interface="no-such-nic")["gpu-0"]["options"]["interface"] == \
+        "no-such-nic"
+    with pytest.raises(ValueError, match="worker_spec: interface=3 is not a network interface"):
+        worker_spec(CUDA_VISIBLE_DEVICES=[0], interface=3)
 
 
 @pytest.mark.parametrize("limit", [None, 0, False, "default", 0.5, "1GB"])

@@ -27,7 +27,10 @@ def worker_spec(interface=None, protocol=None, dashboard_address=":8787", thread
         memory_limit=parse.keyword_limit(memory_limit), device_memory_limit=parse.keyword_limit(device_memory_limit),
         **kwargs)
     keywords.check(options.extra, "worker_spec", KEYWORDS, options.worker_class)
-    checks.worker_keywords(options.extra, "worker_spec")  # as LocalCUDACluster checks them
+    # as LocalCUDACluster checks them, but an interface's name: dask-cuda's worker_spec takes any, and its specs name
+    # interfaces that the machine making them may lack; a worker started with one it lacks says so
+    checks.worker_keywords({k: v for k, v in options.extra.items() if not (k == "interface" and isinstance(v, str))},
+                           "worker_spec")
     specs = worker_specs(devices.select(devices.discover(), CUDA_VISIBLE_DEVICES), options)
     asked = {"interface": interface, "protocol": protocol, "dashboard_address": dashboard_address,
              "silence_logs": silence_logs}
