@@ -268,12 +268,20 @@ def expression_as(expr, cls):
 
 def isin_values(isin):
     """The values of dask's ``Isin`` expression (held in a delayed object of its own), or None."""
+    value = _isin_given(isin)
+    return None if value is None else [str(v) if isinstance(v, str) else v for v in value]  # NumPy strings as Python's
+
+
+def isin_given_values(isin) -> bool:
+    """Whether dask's ``Isin`` expression holds values given to it (a list), not a computation of them."""
+    return _isin_given(isin) is not None
+
+
+def _isin_given(isin):
     obj = getattr(isin.operand("values"), "obj", None)
     value = dict(obj.__dask_graph__()).get(obj.key) if obj is not None else None
     value = getattr(value, "value", value)  # a graph's data node holds it
-    if value is None or isinstance(value, tuple) and callable(value[0]):
-        return None
-    return [str(v) if isinstance(v, str) else v for v in value]  # NumPy strings as Python ones
+    return None if value is None or isinstance(value, tuple) and callable(value[0]) else value
 
 
 # --- cuDF: a frame's columns as pylibcudf columns, and a frame made from them -----------------

@@ -154,7 +154,7 @@ def _on_empties(meta) -> bool:
     categories (whose stand-ins have categories of their own). Strings keep their inputs' dtype, as the operation
     on the partitions does, where the stand-ins have the default one. On cuDF, stand-ins are columns made on the
     device, and the operation runs kernels on them: 7 to 11 ms for a TPC-H merge's meta, about 3 on empty frames."""
-    if type(meta).__module__.split(".")[0] != "cudf" or not (is_dataframe_like(meta) or is_series_like(meta)):
+    if not _of_cudf(meta) or not (is_dataframe_like(meta) or is_series_like(meta)):
         return False
     dtypes = internals.cudf_dtypes(meta) if is_dataframe_like(meta) else (meta.dtype,)
     index = meta.index
@@ -250,6 +250,10 @@ def _for_meta(cache: dict, meta, compute):
     return found[1]
 
 
+def _of_cudf(value) -> bool:
+    return type(value).__module__.split(".")[0] == "cudf"
+
+
 def _frame_like(value) -> bool:
     return is_dataframe_like(value) or is_series_like(value) or is_index_like(value)
 
@@ -323,7 +327,7 @@ def _cudf_columns_kind(frame) -> tuple:
 def signature(frame) -> tuple:
     """What a merge's result takes from ``frame``: its type, columns (their labels, and what shapes them) and
     dtypes, and its index."""
-    if type(frame).__module__.split(".")[0] == "cudf":
+    if _of_cudf(frame):
         columns_kind = _cudf_columns_kind(frame)
     else:
         columns = frame.columns

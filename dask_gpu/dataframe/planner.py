@@ -77,7 +77,7 @@ def plan_key(expr, fuse: bool) -> tuple | None:
     in memory is not kept, so that this never holds its data. None where the query is not kept."""
     nodes = list(expr.walk())
     values = {node.operand("values")._name for node in nodes
-              if isinstance(node, internals.Isin) and internals.isin_values(node) is not None}
+              if isinstance(node, internals.Isin) and internals.isin_given_values(node)}
     if not all(node.dependencies() or isinstance(node, parquet.ReadParquet) or node._name in values for node in nodes):
         return None
     try:
