@@ -314,8 +314,9 @@ def _write_data(module, plan) -> None:
                                   "pca, ridge, logistic (ml) "
                                   "[default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
-@click.option("--engines", help="The tpch suite's columns, comma-separated, from duckdb, polars, pandas, dask-gpu, "
-                                "dask-cuda, cudf-polars [default: every one installed].")
+@click.option("--engines", help="Columns, comma-separated: of the tpch suite from duckdb, polars, pandas, dask-gpu, "
+                                "dask-cuda, cudf-polars; of the dataframe suite from pandas, dask-gpu, dask-cuda, "
+                                "cudf [default: every one installed].")
 @click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all].")
 @click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
               help="Between GPU workers [default: ucx for several GPUs where distributed-ucxx is installed].")

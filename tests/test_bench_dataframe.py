@@ -220,21 +220,20 @@ def test_a_data_path_that_is_a_file_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and f"--data {path} is a file" in result.output, result.output
 
 
-def test_above_the_in_process_size_the_pandas_columns_answers_are_the_reference(data, monkeypatch):
+@pytest.mark.parametrize("reference", ["cpu", "cudf"])
+def test_above_the_in_process_size_the_pandas_or_the_cudf_columns_answers_are_the_reference(data, monkeypatch,
+                                                                                              reference):
     monkeypatch.setattr(dataframe, "IN_PROCESS_ROWS", 0)
     monkeypatch.setattr(dataframe, "references", lambda plan: pytest.fail("pandas in this process"))
 
     @contextmanager
     def here(kind, count, plan):
-        engine = (dataframe._Here if kind == "cpu" else Shifted)(plan.data, "pandas")
+        engine = (dataframe._Here if kind == reference else Shifted)(plan.data, "pandas")
+        engine.kind = kind
         yield engine.load()
 
     class Shifted(dataframe._Here):
-        """A second column whose merge is wrong."""
-
-        def __init__(self, data, library):
-            super().__init__(data, "pandas")
-            self.library = "cudf"
+        """A column whose merge is wrong."""
 
         def load(self):
             super().load()
@@ -242,10 +241,26 @@ def test_above_the_in_process_size_the_pandas_columns_answers_are_the_reference(
             return self
 
     monkeypatch.setattr(dataframe, "_column", here)
-    monkeypatch.setattr(dataframe, "columns", lambda compare=None, gpus=None: [("pandas, 2 cores", "cpu", 2),
-                                                                             ("other", "gpu", 1)])
-    result = dataframe.run(dataframe.plan(rows=ROWS, data=data.dir, workloads=["read", "merge"]))
+    monkeypatch.setattr(dataframe, "columns", lambda compare=None, gpus=None: [
+        ("pandas, 2 cores", "cpu", 2), ("other", "gpu", 1), ("cuDF, one process", "cudf", 1)])
+    engines = "pandas,dask-gpu" if reference == "cpu" else "dask-gpu,cudf"
+    plan = dataframe.plan(rows=ROWS, data=data.dir, workloads=["read", "merge"], engines=engines)
+    first = "pandas, 2 cores" if reference == "cpu" else "cuDF, one process"
+    assert plan.reference == reference and [c[0] for c in plan.columns] == [first, "other"]
+    result = dataframe.run(plan)
     runs = {(r["workload"], r["architecture"]): r["correct"] for r in result["runs"]}
-    assert runs == {("read", "pandas, 2 cores"): True, ("merge", "pandas, 2 cores"): True,
-                    ("read", "other"): True, ("merge", "other"): False}
-    assert any("checked against the pandas column" in note for note in result["notes"])
+    assert runs == {("read", first): True, ("merge", first): True, ("read", "other"): True,
+                    ("merge", "other"): False}
+    whose = "pandas" if reference == "cpu" else "cuDF"
+    assert any(f"checked against the {whose} column" in note for note in result["notes"])
+
+
+def test_engines_pick_the_columns_and_large_tables_need_a_reference(monkeypatch, tmp_path):
+    monkeypatch.setattr(dataframe, "columns", lambda compare=None, gpus=None: [
+        ("pandas, 2 cores", "cpu", 2), ("dask-gpu, 1 GPU", "gpu", 1), ("cuDF, one process", "cudf", 1)])
+    plan = dataframe.plan(rows=10, data=str(tmp_path), engines="dask-gpu")
+    assert [c[0] for c in plan.columns] == ["dask-gpu, 1 GPU"] and plan.reference == "cpu"
+    with pytest.raises(ValueError, match="answers are checked against the pandas or the cudf column"):
+        dataframe.plan(rows=dataframe.IN_PROCESS_ROWS + 1, data=str(tmp_path), engines="dask-gpu")
+    result = CliRunner().invoke(gpu, ["bench", "--suite", "dataframe", "--engines", "dask-gpu,spark"])
+    assert result.exit_code == 2 and "--engines dask-gpu,spark: choose from pandas, dask-gpu" in result.output

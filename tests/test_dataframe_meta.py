@@ -245,10 +245,16 @@ def test_a_client_warms_its_dask_cudf_in_a_thread_and_a_failure_is_left_to_its_f
     import threading
     import types
 
-    made = []
-    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(DataFrame=lambda data: made.append(data)))
+    made, planned = [], []
+
+    class Plan:
+        def optimize(self):
+            planned.append(threading.current_thread().name)
+
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(DataFrame=pd.DataFrame))
+    monkeypatch.setattr(start, "plan_usual", lambda frame_type: made.append(frame_type) or [Plan(), Plan()])
     start.warm_client(lambda: made.append(threading.current_thread().name)).join(10)
-    assert made == [start.WARMING, {"warm": [0]}]
+    assert made == [start.WARMING, pd.DataFrame] and planned == [start.WARMING] * 2
 
     def missing():
         raise ImportError("no dask-cudf here")
@@ -257,6 +263,17 @@ def test_a_client_warms_its_dask_cudf_in_a_thread_and_a_failure_is_left_to_its_f
     thread.join(10)
     assert not thread.is_alive()
 
+
+def test_the_usual_operations_are_planned_and_right_on_pandas_partitions():
+    """What a client plans as it warms: joins, group-bys, filters, distinct rows and reductions, each of which
+    optimizes and computes."""
+    collections = start.plan_usual(pd.DataFrame)
+    kinds = {type(e).__name__ for c in collections for e in c.expr.walk()}
+    assert {"Merge", "Filter", "Assign", "Isin", "DropDuplicates", "Sum", "Mean", "NUnique", "Min",
+            "GroupbyAggregation", "SortValues", "EQ", "And", "Or"} <= kinds
+    answers = [c.optimize().compute() for c in collections]
+    assert [len(a) for a in answers[:4]] == [4, 2, 4, 7]
+    assert answers[4] > 0 and 0 < answers[5] < 1
 
 
 class Plugin:
@@ -523,3 +540,47 @@ def test_cudf_metas_on_empty_inputs_are_those_of_the_partitions(by_kind, kwargs)
         pd.testing.assert_series_equal(got.to_pandas(), want.to_pandas())
     categories = dd.from_pandas(left.astype({"s": "category"}), npartitions=1)
     assert meta._merged_empties(categories.merge(categories, on="k").expr) is None  # dask's stand-ins
+
+
+def test_a_filter_of_cudf_frames_by_a_boolean_series_has_its_frame_s_meta_and_other_filters_dask_s():
+    """Stand-in cuDF types (pandas' under cuDF's module), for the rule alone."""
+    frame_type = type("DataFrame", (pd.DataFrame,), {"__module__": "cudf.core.dataframe"})
+    series_type = type("Series", (pd.Series,), {"__module__": "cudf.core.series"})
+    frame = frame_type({"a": pd.Series([], dtype="int64"), "s": pd.Series([], dtype="str")})
+    mask, numbers = series_type([], dtype=bool), series_type([], dtype="int64")
+
+    def filtered(on, by):
+        return meta._filtered(types.SimpleNamespace(frame=types.SimpleNamespace(_meta=on),
+                                                    predicate=types.SimpleNamespace(_meta=by)))
+
+    assert filtered(frame, mask) is frame and filtered(numbers, mask) is numbers
+    assert filtered(frame, numbers) is None  # not a mask: dask's
+    assert filtered(frame, frame_type({"a": mask})) is None  # a frame of booleans masks values, not rows
+    assert filtered(pd.DataFrame(frame), pd.Series(mask)) is None  # pandas: dask's
+
+
+FILTERS = {
+    "frame": lambda df: df[df.n > 1],
+    "series": lambda df: df.x[df.g == "a"],
+    "projection by a date": lambda df: df[["k", "t"]][df.t < pd.Timestamp("2001-01-01")],
+    "named index": lambda df: df.set_index("k")[lambda f: f.x > 1.5],
+    "categories": lambda df: df.astype({"g": "category"})[df.n > 1],
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+@pytest.mark.parametrize("name", FILTERS)
+def test_a_cudf_filter_s_meta_is_the_one_cudf_computes_on_the_empty_metas(by_kind, name):
+    import cudf
+
+    filtered = FILTERS[name](dd.from_pandas(cudf.from_pandas(typed()), npartitions=2))
+    node = next(n for n in filtered.expr.walk() if type(n).__name__ == "Filter")
+    got, want = meta._filtered(node), computed(node)
+    assert got is node.frame._meta and type(got) is type(want) and filtered._meta is got
+    got, want = got.to_pandas(), want.to_pandas()  # the same columns, dtypes and index but for its type:
+    assert got.index.dtype == want.index.dtype and got.index.name == want.index.name  # cuDF's mask makes a
+    if isinstance(want, pd.Series):  # RangeIndex an Index of int64
+        pd.testing.assert_series_equal(got, want, check_index_type=False)
+    else:
+        pd.testing.assert_frame_equal(got, want, check_index_type=False)

@@ -23,7 +23,8 @@ SUITES = {"array": "seed", "dataframe": "dataframe", "tpch": "tpch.suite", "ml":
 
 # the options that belong to some suites only, with those suites
 OPTIONS = {"--shape": ("array",), "--chunks": ("array",), "--cpu-budget": ("array",), "--rows": ("dataframe",),
-           "--scale": ("tpch",), "--engines": ("tpch",), "--layout": ("tpch",), "--data": ("dataframe", "tpch")}
+           "--scale": ("tpch",), "--engines": ("dataframe", "tpch"), "--layout": ("tpch",),
+           "--data": ("dataframe", "tpch")}
 
 
 def suite(name: str):

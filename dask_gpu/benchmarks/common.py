@@ -75,6 +75,17 @@ def data_directory(path: str) -> None:
         raise ValueError(f"--data {path} is not writable; give a directory this user can write in")
 
 
+def engine_kinds(engines, known: dict) -> set | None:
+    """The column kinds of ``engines`` ("pandas,dask-gpu" or a list; None: every one), from ``known`` (an
+    engine's name -> its columns' kind); a ``ValueError`` naming the choices otherwise."""
+    if engines is None:
+        return None
+    names = list(parse.name_list(engines) or ())
+    if not names or any(name not in known for name in names):
+        raise ValueError(f"--engines {','.join(names)}: choose from {', '.join(known)}")
+    return {known[name] for name in names}
+
+
 def check_options(names, known, compare, protocol, repeat, timeout) -> None:
     """The options both suites take: a ``ValueError`` that names the bad one."""
     unknown = sorted(set(names) - set(known))

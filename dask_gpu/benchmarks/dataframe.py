@@ -30,7 +30,7 @@ import dask
 import numpy as np
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
-                                        default_protocol, error_text,
+                                        default_protocol, engine_kinds, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
 from dask_gpu.benchmarks import common
@@ -48,7 +48,8 @@ GPU_LIBRARIES = ("cupy", "cudf")
 FLOOR = "cuDF, one process"
 REFERENCES = "reference.json"
 REFERENCE_FORMAT = 3  # change it when an answer's form changes, so that cached references are recomputed
-IN_PROCESS_ROWS = 20_000_000  # above this, the pandas column's answers are the reference
+IN_PROCESS_ROWS = 20_000_000  # above this, the pandas column's answers are the reference (without it, cuDF's)
+ENGINES = {"pandas": "cpu", "dask-gpu": "gpu", "dask-cuda": "dask-cuda", "cudf": "cudf"}  # name -> columns' kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +83,12 @@ class Data:
 @dataclasses.dataclass(frozen=True)
 class Plan(common.Plan):
     data: Data
+    reference: str = "cpu"  # the kind of the column whose answers are the reference above IN_PROCESS_ROWS
     references: ClassVar[int] = 1
 
 
 def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=None, protocol=None,
-         repeat=1, timeout=None) -> Plan:
+         repeat=1, timeout=None, engines=None) -> Plan:
     """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
     if size not in SIZES:
         raise ValueError(f"--size {size}: the dataframe suite has {' and '.join(SIZES)}")
@@ -95,18 +97,37 @@ def plan(size="small", rows=None, data=None, workloads=None, compare=None, gpus=
         raise ValueError(f"--rows must be at least 1, not {rows}")
     data = data or os.path.join(tempfile.gettempdir(), f"dask-gpu-bench-{rows}")
     data_directory(data)
+    kinds = engine_kinds(engines, ENGINES)
+    if kinds and "dask-cuda" in kinds:
+        compare = "dask-cuda"
     names, cols, timeout = tuple(workloads or WORKLOADS), columns(compare, gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
     check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
     cols, notes = gpu_notes(cols, compare, GPU_LIBRARIES, find_spec)
+    cols = [col for col in cols if kinds is None or col[1] in kinds]
+    reference = _reference(cols, rows)
+    if reference == "cudf":  # its answers first
+        cols.sort(key=lambda col: col[1] != "cudf")
     return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
-                repeat=int(repeat), timeout=timeout, data=Data(data, rows))
+                repeat=int(repeat), timeout=timeout, data=Data(data, rows), reference=reference)
+
+
+def _reference(cols, rows: int) -> str:
+    """The kind of the column whose answers are the reference above :data:`IN_PROCESS_ROWS`: pandas', else cuDF's
+    (a ``ValueError`` where there is neither)."""
+    kinds = {kind for _, kind, _ in cols}
+    if rows <= IN_PROCESS_ROWS or "cpu" in kinds:
+        return "cpu"
+    if "cudf" in kinds:
+        return "cudf"
+    raise ValueError(f"--engines: above {IN_PROCESS_ROWS:,} rows the answers are checked against the pandas or the "
+                     f"cudf column; name one of them")
 
 
 def planned(options) -> Plan:
     """The bench command's options (:class:`~dask_gpu.benchmarks.common.Options`) as this suite's plan."""
     return plan(options.size, options.rows, options.data, options.workloads, options.compare, options.gpus,
-                options.protocol, options.repeat, options.timeout)
+                options.protocol, options.repeat, options.timeout, options.engines)
 
 
 def data_lines(plan: Plan) -> int:
@@ -215,13 +236,14 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> di
               "workloads": {name: WORKLOADS[name].text for name in plan.workloads}, "machine": machine_dict(),
               "columns": [label for label, _, _ in plan.columns], "runs": [], "notes": list(plan.notes)}
     if not answers:
-        result["notes"].append(f"above {IN_PROCESS_ROWS:,} rows, answers are checked against the pandas column's")
+        whose = "pandas" if plan.reference == "cpu" else "cuDF"
+        result["notes"].append(f"above {IN_PROCESS_ROWS:,} rows, answers are checked against the {whose} column's")
 
     def measure(engine, name, count):
         row = _measure(engine, name, plan.repeat, status)
         if "answer" in row:
             answer = row.pop("answer")
-            if name not in answers and engine.library == "pandas":
+            if name not in answers and engine.kind == plan.reference:
                 answers[name] = answer  # the reference
             row["correct"] = name in answers and check(answer, answers[name], plan.data.rows)
         return row
@@ -274,7 +296,7 @@ def _column(kind, count, plan):
             client = stack.enter_context(Client(stack.enter_context(cluster)))
         else:
             client = gpu_client(stack, kind, count, plan.protocol)
-        yield _Cluster(client, plan.data, plan.timeout, "pandas" if kind == "cpu" else "cudf").load()
+        yield _Cluster(client, plan.data, plan.timeout, kind).load()
 
 
 class _Engine:
@@ -294,8 +316,9 @@ class _Cluster(_Engine):
 
     split, join = {"split_out": True}, {"broadcast": False}
 
-    def __init__(self, client, data, timeout, library):
-        self.client, self.data, self.timeout, self.library = client, data, timeout, library
+    def __init__(self, client, data, timeout, kind):
+        self.client, self.data, self.timeout, self.kind = client, data, timeout, kind
+        self.library = "pandas" if kind == "cpu" else "cudf"
 
     def read(self, table, columns=None):
         import dask.dataframe as dd
@@ -320,7 +343,7 @@ class _Here(_Engine):
     timeout, as there is nothing to cancel), or pandas, the reference."""
 
     def __init__(self, data, library):
-        self.data, self.library, self.module = data, library, importlib.import_module(library)
+        self.data, self.library, self.kind, self.module = data, library, library, importlib.import_module(library)
         self.sync = importlib.import_module("cupy").cuda.runtime.deviceSynchronize if library == "cudf" else None
 
     def read(self, table, columns=None):

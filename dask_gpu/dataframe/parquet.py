@@ -147,21 +147,23 @@ def _read(pieces, columns, engine: str, storage_options):
 
 
 def _empty(read, columns, engine: str):
-    """An empty frame of ``columns`` of the schema of ``read``'s files, in ``engine``'s type: made once for each
-    version of the first file (a cuDF frame is made by cuDF's Python and kernels), and shared, as dask shares the
-    metas it makes."""
+    """An empty frame of ``columns`` (all, where None) of the schema of ``read``'s files, in ``engine``'s type: made
+    once for each version of the first file, a projection as a selection of all the columns (a cuDF frame made
+    from Arrow is cuDF's Python and kernels for each column; a selection is neither), and shared, as dask shares
+    the metas it makes."""
     key = (read.operand("files")[0], tuple(columns) if columns is not None else None, engine)
     found = _metas.get(key)
     if found is None:
-        schema = read._footers[0].schema
-        table = schema.remove_metadata().empty_table()  # pandas' metadata is not restored: see readable()
-        table = table.select(columns) if columns is not None else table
-        if engine == "cudf":
-            import cudf
-
-            found = cudf.DataFrame.from_arrow(table)
+        if columns is not None:
+            found = _empty(read, None, engine)[list(columns)]
         else:
-            found = table.to_pandas()
+            table = read._footers[0].schema.remove_metadata().empty_table()  # pandas' metadata: see readable()
+            if engine == "cudf":
+                import cudf
+
+                found = cudf.DataFrame.from_arrow(table)
+            else:
+                found = table.to_pandas()
         if len(_metas) >= footers.LIMIT:
             _metas.clear()
         _metas[key] = found

@@ -21,10 +21,9 @@ from typing import ClassVar
 
 import dask
 
-from dask_gpu import parse
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
-                                        default_protocol, error_text, gpu_client, gpu_columns, gpu_counts, gpu_notes,
-                                        run_columns, runs_table, startup_lines)
+                                        default_protocol, engine_kinds, error_text, gpu_client, gpu_columns,
+                                        gpu_counts, gpu_notes, run_columns, runs_table, startup_lines)
 from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
@@ -61,7 +60,7 @@ def plan(size="small", scale=None, path=None, workloads=None, compare=None, gpus
     if data.stale(path, scale, layout):  # data to write: there, now
         data_directory(path)
     names, timeout = tuple(workloads or WORKLOADS), timeout or TIMEOUT
-    kinds = _kinds(engines)
+    kinds = engine_kinds(engines, ENGINES)
     if kinds and "dask-cuda" in kinds:
         compare = "dask-cuda"
     cols = columns(compare, gpus)
@@ -90,17 +89,6 @@ def data_lines(plan: Plan) -> int:
 
 def write_data(plan: Plan, log=None) -> None:
     data.generate(plan.path, plan.scale, log=log, layout=plan.layout)
-
-
-def _kinds(engines) -> set | None:
-    """The column kinds of ``engines`` ("duckdb,dask-gpu" or a list; None: every one installed)."""
-    if engines is None:
-        return None
-    names = list(parse.name_list(engines) or ())
-    unknown = [name for name in names if name not in ENGINES]
-    if unknown or not names:
-        raise ValueError(f"--engines {','.join(names)}: choose from {', '.join(ENGINES)}")
-    return {ENGINES[name] for name in names}
 
 
 def columns(compare=None, gpus=None) -> list[tuple[str, str, int]]:
