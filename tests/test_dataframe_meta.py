@@ -122,6 +122,12 @@ EXPRESSIONS = {  # reductions and group-bys, over blockwise expressions whose me
     "mean": lambda df: df.x.mean(),
     "drop_duplicates": lambda df: df[["g", "n"]].drop_duplicates(),
     "count of a string accessor's call": lambda df: df[df.g.str.startswith("a")].k.count(),
+    "group-by of many aggregations": lambda df: df.groupby("g").agg({"x": ["sum", "mean", "min", "max"],
+                                                                     "n": ["count", "std"]}),
+    "group-by size": lambda df: df.groupby("g").size(),
+    "group-by of dates": lambda df: df.groupby("g").t.max(),
+    "group-by variance": lambda df: df.groupby(["g", "k"]).x.var(),
+    "group-by first": lambda df: df.groupby("g").x.first(),
 }
 
 
@@ -533,6 +539,12 @@ def test_cudf_metas_on_empty_inputs_are_those_of_the_partitions(by_kind, kwargs)
     for name, dtype in got.dtypes.items():  # dask's, but strings: the partitions' (dask's stand-ins have the default)
         expected = partitions[name].dtype if pd.api.types.is_string_dtype(dtype) else want[name].dtype
         assert dtype == expected, name
+    made = meta._merged_columns(merge.left._meta, merge.right._meta, keywords)  # of the inputs' columns, where
+    on_empties = merge.left._meta.merge(merge.right._meta, **keywords)  # keys are columns of one dtype: cuDF's
+    assert (made is not None) == (not kwargs.get("left_index") and kwargs.get("right_on") != "k32")  # merge on
+    if made is not None:  # the empty metas
+        assert type(made) is type(on_empties) and type(made.index) is type(on_empties.index)
+        assert list(made.columns) == list(on_empties.columns) and list(made.dtypes) == list(on_empties.dtypes)
     for frame in (left, right):
         series = dd.from_pandas(frame, npartitions=1).x.isin([0.5, 2.0]).expr
         got, want = meta._isin_empties(series), computed(series)
@@ -584,3 +596,52 @@ def test_a_cudf_filter_s_meta_is_the_one_cudf_computes_on_the_empty_metas(by_kin
         pd.testing.assert_series_equal(got, want, check_index_type=False)
     else:
         pd.testing.assert_frame_equal(got, want, check_index_type=False)
+
+
+NAMED_MERGES = [dict(left_on="k", right_on="k"), dict(left_on="k", right_on="k", how="left"),
+                dict(left_on="k", right_on="k", how="right"), dict(left_on="k", right_on="k", how="outer"),
+                dict(left_on=["k", "s"], right_on=["k", "s"]), dict(left_on="k", right_on="r"),
+                dict(left_on="y", right_on="k", suffixes=("_l", "_r")), dict(left_on=["k", "y"], right_on=["r", "k"]),
+                dict(left_on="k", right_on="k", suffixes=(None, "_right")), dict(left_on="x", right_on="x"),
+                dict(left_on="s", right_on="k")]
+
+
+@pytest.mark.parametrize("keywords", NAMED_MERGES, ids=[repr(k) for k in NAMED_MERGES])
+def test_a_merge_s_meta_from_its_inputs_columns_has_pandas_names_and_dtypes(monkeypatch, keywords):
+    """The rule on pandas' frames, through the adapter's cuDF accessors made pandas'."""
+    monkeypatch.setattr(internals, "cudf_column_names", lambda frame: tuple(frame.columns))
+    monkeypatch.setattr(internals, "cudf_column", lambda frame, name: frame[name])
+    monkeypatch.setattr(internals, "frame_like", lambda like, columns, names, index: pd.DataFrame(
+        dict(zip(names, columns))))
+    left = pd.DataFrame({"k": [1], "s": ["a"], "x": [1.0], "y": [2]}).iloc[:0]
+    right = pd.DataFrame({"k": [1], "r": [1], "s": ["b"], "x": [1], "y": [0.5], "z": [True]}).iloc[:0]
+    keywords = {"how": "inner", "left_index": False, "right_index": False, "suffixes": ("_x", "_y"),
+                "indicator": False, **keywords}
+    got = meta._merged_columns(left, right, keywords)
+    if keywords["left_on"] in ("x", "s"):  # keys of other dtypes: cuDF casts them, and dask's way is kept
+        assert got is None
+    else:
+        want = left.merge(right, **keywords)
+        assert list(got.columns) == list(want.columns) and list(got.dtypes) == list(want.dtypes)
+    for other in (dict(keywords, indicator=True), dict(keywords, left_index=True, right_index=True),
+                  dict(keywords, how="cross"), dict(keywords, left_on="missing")):
+        assert meta._merged_columns(left, right, other) is None
+
+
+def test_stand_ins_of_cudf_frames_are_the_empty_metas_only_while_a_group_by_s_meta_is_computed(monkeypatch):
+    """Stand-in frame types, cuDF's for the rule (which :func:`meta._on_empties` tells on the GPU)."""
+    frame_type, series_type = type("DataFrame", (pd.DataFrame,), {}), type("Series", (pd.Series,), {})
+    monkeypatch.setattr(meta, "_on_empties", lambda m: not any(str(d) == "category" for d in m.dtypes))
+    empty = frame_type({"a": pd.Series([], dtype="int64")})
+    categories = frame_type({"a": pd.Series([], dtype="category")})
+    meta.stand_ins_may_be_empty(types.SimpleNamespace(DataFrame=frame_type, Series=series_type))
+    try:
+        assert len(meta_nonempty(empty)) > 0  # dask's stand-in
+        token = meta._EMPTY_STAND_INS.set(True)
+        try:
+            assert meta_nonempty(empty) is empty and len(meta_nonempty(categories)) > 0
+        finally:
+            meta._EMPTY_STAND_INS.reset(token)
+    finally:
+        meta.uninstall()
+    assert meta_nonempty.dispatch(frame_type) is meta_nonempty.dispatch(pd.DataFrame)

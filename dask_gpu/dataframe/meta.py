@@ -30,13 +30,14 @@ kept for its meta object. With these, a round of the 22 queries' building and op
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import enum
 import functools
 import types
 
 import numpy as np
-from dask.dataframe.dispatch import make_meta
+from dask.dataframe.dispatch import make_meta, meta_nonempty
 from dask.utils import is_dataframe_like, is_index_like, is_series_like, methodcaller
 
 from dask_gpu import internals
@@ -80,6 +81,7 @@ def install(blockwise: bool = True) -> None:
     except ImportError:
         return
     keep_labels(cudf.DataFrame)
+    stand_ins_may_be_empty(cudf)
     for name in CUDF_GROUPBYS:
         keep(getattr(internals, name), "_meta", functools.partial(_operands_kind, "_meta"), _computed)
 
@@ -87,6 +89,9 @@ def install(blockwise: bool = True) -> None:
 def uninstall() -> None:
     """dask's and cuDF's own properties back, and the kept metas forgotten."""
     internals.restore_class_attributes()
+    for cls, nonempty in _stand_ins.items():
+        meta_nonempty.register(cls, nonempty)
+    _stand_ins.clear()
     for cache in (_merged, _computed, _labels, _kinds, _column_lists):
         cache.clear()
 
@@ -105,13 +110,51 @@ def kept_metas(blockwise: bool = True) -> list:
          _without_stand_ins if attribute == "_meta" else None) for cls, attribute in by_operands]
 
 
+def stand_ins_may_be_empty(cudf) -> None:
+    """dask's stand-ins of cuDF frames and series (``meta_nonempty``, dask-cudf's) are the empty metas themselves
+    while a group-by's meta is computed (:func:`_on_empty_stand_ins`), where they hold no categories (idempotent)."""
+    for cls in (cudf.DataFrame, cudf.Series):
+        if cls not in _stand_ins:
+            _stand_ins[cls] = nonempty = meta_nonempty.dispatch(cls)
+            meta_nonempty.register(cls, functools.partial(_stand_in, nonempty))
+
+
+def _stand_in(nonempty, meta):
+    return meta if _EMPTY_STAND_INS.get() and _on_empties(meta) else nonempty(meta)
+
+
+def _on_empty_stand_ins(compute):
+    """``compute``, dask's meta of a group-by or of its chunks, run with the empty metas as its stand-ins where its
+    inputs' metas are cuDF's (:func:`_on_empties`): dask groups and aggregates non-empty stand-ins, which with cuDF
+    are columns made on the device, grouped by its kernels, two or three times for each group-by."""
+
+    @functools.wraps(compute)
+    def computed(expr):
+        groupby = isinstance(expr, (internals.GroupByApplyConcatApply, internals.GroupByChunk))
+        if not groupby or not all(_on_empties(d._meta) for d in expr.dependencies()):
+            return compute(expr)  # dask's, with its inputs' metas computed as they are, outside of this
+        token = _EMPTY_STAND_INS.set(True)
+        try:
+            found = compute(expr)
+        finally:
+            _EMPTY_STAND_INS.reset(token)
+        return found if _frame_like(found) else compute(expr)
+
+    return computed
+
+
+_EMPTY_STAND_INS = contextvars.ContextVar("dask_gpu_empty_stand_ins", default=False)
+_stand_ins: dict = {}  # cuDF's frame and series types -> dask-cudf's meta_nonempty of them
+
+
 def keep(cls, attribute: str, kind, cache: dict, on_empties=None) -> None:
     """``cls``'s cached property ``attribute`` kept in ``cache`` by ``kind`` (idempotent), computed first by
     ``on_empties(expr)`` where given and not None; subclasses that define their own keep theirs. A dask whose class
     has no such property is left as it is."""
     current = cls.__dict__.get(attribute)
     if isinstance(current, functools.cached_property) and not getattr(current.func, "by_kind", False):
-        compute = current.func if on_empties is None else _first(on_empties, current.func)
+        compute = _on_empty_stand_ins(current.func)
+        compute = compute if on_empties is None else _first(on_empties, compute)
         replacement = functools.cached_property(by_kind(compute, kind, cache, shared=True))
         replacement.__set_name__(cls, attribute)
         internals.replace_class_attribute(cls, attribute, replacement)
@@ -136,7 +179,42 @@ def _merged_empties(merge):
     keywords = dict(merge.kwargs)
     if keywords["how"] == "leftsemi":  # as dask's meta has it
         keywords["how"] = "left"
-    return make_meta(left.merge(right, **keywords))
+    found = _merged_columns(left, right, keywords)
+    return make_meta(left.merge(right, **keywords)) if found is None else found
+
+
+def _merged_columns(left, right, keywords):
+    """A merge's meta made of its inputs' empty columns, with pandas' names, where it joins columns on keys of one
+    dtype on each side (None otherwise): each column of the left, then each of the right but for keys of the same
+    name on both sides, a suffix on the names that remain on both. The merge itself, on the empty metas, is cuDF's
+    join and gathers: several milliseconds a first time."""
+    how, suffixes = keywords["how"], keywords["suffixes"]
+    left_on, right_on = _keys(keywords["left_on"]), _keys(keywords["right_on"])
+    if (how not in ("inner", "left", "right", "outer") or keywords["left_index"] or keywords["right_index"]
+            or keywords["indicator"] or not left_on or len(left_on) != len(right_on)
+            or not (is_dataframe_like(left) and is_dataframe_like(right))):
+        return None
+    left_names, right_names = internals.cudf_column_names(left), internals.cudf_column_names(right)
+    if not (set(left_on) <= set(left_names) and set(right_on) <= set(right_names)) or any(
+            internals.cudf_column(left, a).dtype != internals.cudf_column(right, b).dtype
+            for a, b in zip(left_on, right_on)):
+        return None  # keys of other dtypes: cuDF casts them
+    shared = {a for a, b in zip(left_on, right_on) if a == b}
+    kept = [name for name in right_names if name not in shared]
+    both = set(left_names) & set(kept)
+    ends = [suffix or "" for suffix in suffixes]
+    names = [f"{n}{ends[0]}" if n in both else n for n in left_names] + [
+        f"{n}{ends[1]}" if n in both else n for n in kept]
+    if len(set(names)) < len(names) or not all(isinstance(n, str) for n in (*left_names, *kept)):
+        return None  # pandas raises, or names of other types
+    columns = [internals.cudf_column(left, n) for n in left_names] + [internals.cudf_column(right, n) for n in kept]
+    return internals.frame_like(left, columns, names, None)
+
+
+def _keys(on) -> tuple:
+    """A merge's keys as a tuple of column labels, empty where they are not labels (arrays, or none)."""
+    on = [on] if isinstance(on, str) else on
+    return tuple(on) if isinstance(on, (list, tuple)) and all(isinstance(k, str) for k in on) else ()
 
 
 def _isin_empties(isin):
