@@ -342,6 +342,12 @@ def from_pylibcudf(columns, dtypes) -> list:
     return [ColumnBase.create(c, dtype) for c, dtype in zip(columns, dtypes)]
 
 
+def cudf_frame(like, columns: dict):
+    """A cuDF frame of ``like``'s type made of ``columns`` (label -> cuDF column) as they are, with a RangeIndex,
+    as cuDF's merge makes its result."""
+    return type(like)._from_data(dict(columns))
+
+
 def frame_like(template, columns: list, names: list, index_names: list):
     """A frame of ``template``'s kind from cuDF ``columns``: the index's, then the data columns ``names``."""
     return template._from_columns_like_self(columns, names, index_names)

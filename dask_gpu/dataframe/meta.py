@@ -208,7 +208,7 @@ def _merged_columns(left, right, keywords):
     if len(set(names)) < len(names) or not all(isinstance(n, str) for n in (*left_names, *kept)):
         return None  # pandas raises, or names of other types
     columns = [internals.cudf_column(left, n) for n in left_names] + [internals.cudf_column(right, n) for n in kept]
-    return internals.frame_like(left, columns, names, None)
+    return internals.cudf_frame(left, dict(zip(names, columns)))
 
 
 def _keys(on) -> tuple:
