@@ -205,3 +205,39 @@ def test_every_suite_fills_in_one_interface_and_plans_from_the_command_s_options
     frames = benchmarks.suite("dataframe").planned(Options(rows=1000, data=str(tmp_path), workloads=("read",)))
     assert frames.data.rows == 1000 and frames.steps == 1 + len(frames.columns)  # the references first
     assert benchmarks.suite("dataframe").data_lines(frames) == frames.data.files + frames.data.right_files
+
+
+def test_a_computed_answer_is_released_at_once_so_that_a_run_again_computes_anew(tmp_path):
+    """A future held in a reference cycle lives until the collector runs; a run of the same collection meanwhile
+    would find its answer on the cluster, not compute it."""
+    import gc
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dask_gpu.benchmarks.common import compute
+
+    runs = tmp_path / "runs"
+
+    @dask.delayed(pure=True)
+    def counted(path):
+        with open(path, "a") as f:
+            f.write("run\n")
+        with open(path) as f:
+            return len(f.readlines())
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        submit = client.compute
+
+        def in_a_cycle(*args, **kwargs):
+            future = submit(*args, **kwargs)
+            future.cycle = [future]
+            return future
+
+        client.compute = in_a_cycle
+        gc.disable()
+        try:
+            assert [compute(counted(str(runs)), client, 30) for _ in range(3)] == [1, 2, 3]
+        finally:
+            gc.enable()

@@ -67,10 +67,10 @@ def test_a_table_is_read_in_partitions_of_about_the_target(data):
 def test_partitions_are_as_many_as_the_target_fits_nearest_and_cut_evenly():
     """Twelve row groups of equal size, a target a hair under two of them: six partitions of two (not seven, some of
     one); row groups of unequal size: each cut where its share of the whole falls nearest."""
-    groups = [footers.RowGroup("f", i, 100, {"x": 1_000}, {}) for i in range(12)]
+    groups = [footers.RowGroup("f", i, 100, {"x": 1_000}) for i in range(12)]
     planned = parquet.plan(groups, ["x"], None, 1_999, 1, 1.0)
     assert [len(indices) for ((_, indices),) in planned] == [2] * 6
-    uneven = [footers.RowGroup("f", i, 100, {"x": size}, {}) for i, size in enumerate([900, 100, 100, 900, 1000])]
+    uneven = [footers.RowGroup("f", i, 100, {"x": size}) for i, size in enumerate([900, 100, 100, 900, 1000])]
     planned = parquet.plan(uneven, ["x"], None, 1_000, 1, 1.0)
     assert [sum(uneven[i].sizes["x"] for i in indices) for ((_, indices),) in planned] == [1000, 1000, 1000]
 

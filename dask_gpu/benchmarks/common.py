@@ -3,6 +3,7 @@ results on a cluster with a timeout, scaling, the table's cells and the bar char
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import difflib
 import math
@@ -218,7 +219,12 @@ def compute(expr, client, timeout, persist=False, **kwargs):
             if future.status == "error":
                 future.result()  # raises the task's error
         return done
-    return client.gather(done)
+    try:
+        return client.gather(done)
+    finally:  # released now, not when the collector frees a cycle that holds them: a run again computes anew,
+        for future in futures:  # where it would find the answer of this one still held
+            future.release()
+        client.sync(asyncio.sleep, 0)  # the client's loop has taken the releases in before the next call
 
 
 def scaling(runs: list[dict], columns: dict) -> list[dict]:

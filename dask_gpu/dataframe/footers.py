@@ -28,16 +28,28 @@ _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operat
 
 @dataclasses.dataclass(frozen=True)
 class RowGroup:
-    """One row group of one file: its rows, each column's bytes in memory, and each column's (min, max)."""
+    """One row group of one file: its rows, each column's bytes in memory, and its file's footer, whose statistics
+    give a column's (min, max) where a filter asks (pyarrow makes an object of each column's statistics, a third
+    of a footer's reading when made for every column)."""
 
     path: str
     index: int
     rows: int
     sizes: dict
-    bounds: dict
+    metadata: object = None  # pyarrow's FileMetaData of the file
+    positions: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # column -> its position
+    _bounds: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # column -> (min, max) or None
 
     def nbytes(self, columns) -> int:
         return sum(self.sizes.get(name, 0) for name in columns)
+
+    def bounds(self, column):
+        """``column``'s (min, max) in this row group, None where the footer has no exact ones; read once."""
+        if column not in self._bounds:
+            position = self.positions.get(column)
+            self._bounds[column] = None if position is None else _exact_bounds(
+                self.metadata.row_group(self.index).column(position).statistics)
+        return self._bounds[column]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,28 +76,30 @@ def _read_footer(fs, path: str) -> Footer:
     with fs.open(path, "rb") as f:
         metadata = pq.ParquetFile(f).metadata
     schema = metadata.schema.to_arrow_schema()
-    groups = tuple(_row_group(path, i, metadata.row_group(i)) for i in range(metadata.num_row_groups))
+    columns = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
+    positions = {name: j for j, name in enumerate(columns) if "." not in name}  # nested columns have no bounds
+    groups = tuple(_row_group(path, i, metadata, columns, positions) for i in range(metadata.num_row_groups))
     return Footer(path, schema, schema.pandas_metadata, groups)
 
 
-def _row_group(path: str, index: int, group) -> RowGroup:
-    sizes, bounds = {}, {}
-    for j in range(group.num_columns):
+def _row_group(path: str, index: int, metadata, columns: list, positions: dict) -> RowGroup:
+    group, sizes = metadata.row_group(index), {}
+    for j, column in enumerate(columns):
         chunk = group.column(j)
-        name = chunk.path_in_schema.split(".")[0]
+        name = column.split(".")[0]
         width = _WIDTH.get(chunk.physical_type)
         size = group.num_rows * width if width else max(chunk.total_uncompressed_size, group.num_rows * _VARIABLE_ROW)
         sizes[name] = sizes.get(name, 0) + size
-        stats = chunk.statistics
-        if name == chunk.path_in_schema and stats is not None and stats.has_min_max and _exact(stats):
-            bounds[name] = (stats.min, stats.max)
-    return RowGroup(path, index, group.num_rows, sizes, bounds)
+    return RowGroup(path, index, group.num_rows, sizes, metadata, positions)
 
 
-def _exact(stats) -> bool:
-    """Whether the bounds are the column's own: a writer may truncate long strings' bounds."""
-    return getattr(stats, "is_min_value_exact", True) is not False and getattr(
-        stats, "is_max_value_exact", True) is not False
+def _exact_bounds(stats):
+    """(min, max) of a column chunk's statistics, where they are there and the column's own (a writer may truncate
+    long strings' bounds); None otherwise."""
+    if stats is None or not stats.has_min_max or getattr(stats, "is_min_value_exact", True) is False or getattr(
+            stats, "is_max_value_exact", True) is False:
+        return None
+    return stats.min, stats.max
 
 
 def might_match(group: RowGroup, filters) -> bool:
@@ -95,7 +109,7 @@ def might_match(group: RowGroup, filters) -> bool:
 
 def _may_hold(group: RowGroup, term) -> bool:
     column, op, value = term
-    bounds = group.bounds.get(column)
+    bounds = group.bounds(column)
     if bounds is None:
         return True
     low, high = bounds
@@ -138,9 +152,9 @@ def _sampled(fs, picked, filters) -> float:
     try:
         expression = pq.filters_to_expression([list(c) for c in filters])
         for group in picked:
-            with fs.open(group.path, "rb") as f:
-                batch = next(pq.ParquetFile(f).iter_batches(SAMPLE_ROWS, row_groups=[group.index], columns=columns),
-                             None)
+            with fs.open(group.path, "rb") as f:  # the footer read already
+                batch = next(pq.ParquetFile(f, metadata=group.metadata).iter_batches(
+                    SAMPLE_ROWS, row_groups=[group.index], columns=columns), None)
             if batch is not None:
                 table = pa.Table.from_batches([batch])
                 kept, total = kept + table.filter(expression).num_rows, total + table.num_rows
