@@ -224,7 +224,14 @@ def compute(expr, client, timeout, persist=False, **kwargs):
     finally:  # released now, not when the collector frees a cycle that holds them: a run again computes anew,
         for future in futures:  # where it would find the answer of this one still held
             future.release()
-        client.sync(asyncio.sleep, 0)  # the client's loop has taken the releases in before the next call
+        settle(client)
+
+
+def settle(client) -> None:
+    """The client's loop has taken in the releases of futures let go so far (a future releases its key through the
+    loop): the next call of the same keys computes them, where it would find them still held."""
+    if client is not None:
+        client.sync(asyncio.sleep, 0)
 
 
 def scaling(runs: list[dict], columns: dict) -> list[dict]:

@@ -32,7 +32,7 @@ import numpy as np
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, engine_kinds, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        scaling_lines, startup_lines)
+                                        scaling_lines, settle, startup_lines)
 from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
@@ -266,6 +266,7 @@ def _measure(engine, name, repeat, status=None) -> dict:
                 status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
             result = None  # the previous run's memory goes first; dask collections sit in reference cycles, so
             gc.collect()  # only a collection frees their keys, which an identical run would find still computed
+            settle(getattr(engine, "client", None))
             start = time.perf_counter()
             result = workload.run(engine)
             times.append(time.perf_counter() - start)
