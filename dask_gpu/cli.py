@@ -317,7 +317,8 @@ def _write_data(module, plan) -> None:
 @click.option("--engines", help="Columns, comma-separated: of the tpch suite from duckdb, polars, pandas, dask-gpu, "
                                 "dask-cuda, cudf-polars; of the dataframe suite from pandas, dask-gpu, dask-cuda, "
                                 "cudf [default: every one installed].")
-@click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all].")
+@click.option("--gpus", help="GPU counts of the GPU columns, comma-separated, such as 1,2,4,8 [default: 1 and all "
+                             "that CUDA_VISIBLE_DEVICES shows].")
 @click.option("--protocol", type=click.Choice(["tcp", "ucx"]),
               help="Between GPU workers [default: ucx for several GPUs where distributed-ucxx is installed].")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,

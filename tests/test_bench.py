@@ -50,8 +50,27 @@ def test_columns_for_each_gpu_count_and_dask_cuda(monkeypatch):
     assert labels[2:] == ["1 GPU", "4 GPUs", "dask-cuda, 1 GPU", "dask-cuda, 4 GPUs"]
     labels = [label for label, _, _ in seed.architectures(None, gpus="4,2,1,2")]
     assert labels[2:] == ["1 GPU", "2 GPUs", "4 GPUs"]
-    with pytest.raises(ValueError, match="each count must be 1 to the number of GPUs here \\(4\\)"):
+    with pytest.raises(ValueError, match="each count must be 1 to the number of GPUs visible here \\(4\\)"):
         seed.architectures(None, gpus="1,8")
+
+
+@pytest.mark.parametrize("visible, counts", [(None, [1, 4]), ("0", [1]), ("2,3", [1, 2]), ("3,1,0", [1, 3])])
+def test_every_suite_s_gpu_columns_follow_the_visible_devices(monkeypatch, visible, counts):
+    from dask_gpu.benchmarks import common, dataframe, ml
+    from dask_gpu.benchmarks.tpch import suite as tpch
+
+    four = dataclasses.replace(devices.simulated_system(4), state=devices.State.AVAILABLE)
+    monkeypatch.setattr(devices, "discover", lambda: four)
+    for module in (seed, dataframe, tpch, ml, common):
+        monkeypatch.setattr(module, "find_spec", lambda name: object())
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    for columns in (seed.architectures(), dataframe.columns(), tpch.columns(), ml.columns()):
+        assert sorted({count for _, kind, count in columns if kind == "gpu"}) == counts
+    with pytest.raises(ValueError, match=f"GPUs visible here \\({counts[-1]}\\)"):
+        seed.architectures(None, gpus=str(counts[-1] + 1))
 
 
 def test_scaling_is_each_gpu_columns_speedup_over_one_gpu_of_the_same_cluster():

@@ -105,10 +105,16 @@ def check_options(names, known, compare, protocol, repeat, timeout) -> None:
 
 
 def available_gpus(libraries=("cupy",), find=find_spec) -> int:
-    """GPUs that the GPU columns can use: none unless every library in ``libraries`` is installed."""
+    """GPUs that the GPU columns can use: those ``CUDA_VISIBLE_DEVICES`` shows (all where it is unset), as a
+    cluster here starts a worker on each; none unless every library in ``libraries`` is installed."""
     system = devices.discover()
     ready = system.state is devices.State.AVAILABLE and all(find(name) for name in libraries)
-    return len(system.devices) if ready else 0
+    return _visible(system) if ready else 0
+
+
+def _visible(system) -> int:
+    """The devices of ``system`` that a cluster here would use (every one listed, where none is available)."""
+    return len(devices.select(system)) if system.state is devices.State.AVAILABLE else len(system.devices)
 
 
 def gpu_counts(spec: str | None, available: int) -> list[int]:
@@ -116,9 +122,10 @@ def gpu_counts(spec: str | None, available: int) -> list[int]:
     if spec is None:
         return sorted({1, available}) if available else []
     counts = parse.counts(spec, "--gpus", "GPU counts")
-    present = len(devices.discover().devices)  # simulated ones too: a count is checked where no column can run
+    present = _visible(devices.discover())  # simulated ones too: a count is checked where no column can run
     if counts[0] < 1 or counts[-1] > max(present, available):
-        raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs here ({max(present, available)})")
+        raise ValueError(f"--gpus {spec}: each count must be 1 to the number of GPUs visible here "
+                         f"({max(present, available)})")
     return counts if available else []  # no GPU columns; the table's note says why
 
 

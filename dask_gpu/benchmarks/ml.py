@@ -113,7 +113,7 @@ def columns(gpus=None) -> list[tuple[str, str, int]]:
     """(label, kind, count): scikit-learn on every core, dask-gpu's GPU columns (one fit at a time on each GPU),
     and one GPU with AT_ONCE fits at a time."""
     cores = os.cpu_count() or 1
-    counts = gpu_counts(gpus, available_gpus())
+    counts = gpu_counts(gpus, available_gpus(("cupy",), find_spec))
     shared = [(f"dask-gpu, 1 GPU, {AT_ONCE} fits at once", "gpu-shared", 1)] if 1 in counts else []
     return [(f"scikit-learn, {cores} cores", "cpu", cores), *gpu_columns(counts, None, "dask-gpu, "), *shared]
 
