@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import time
 
 import dask
 from distributed.comm import get_address_host
@@ -91,7 +92,14 @@ class CUDAWorker:
             address = await self._reach_scheduler()
             self.nannies = [spec["cls"](address, **bind(spec["options"], address, self.extra), **port, **self.extra)
                             for spec, port in zip(self.specs, self.ports)]
-        await asyncio.gather(*self.nannies)
+        began = time.monotonic()
+        started = await asyncio.gather(*self.nannies, return_exceptions=True)
+        errors = [result for result in started if isinstance(result, BaseException)]
+        if errors:
+            took = time.monotonic() - began  # distributed bounds a worker's start by its death timeout too, and
+            if self.death_timeout is not None and took >= parse.seconds(self.death_timeout, "death_timeout"):
+                raise asyncio.TimeoutError(f"their start took {took:.1f} s") from errors[0]  # its errors say
+            raise errors[0]  # other things ("AssertionError: Status.starting")
         if self.nannies:  # a scheduler started by ``dask scheduler`` has none of dask-gpu's plugins
             await register_scheduler_plugins(self.nannies[0].scheduler)
         return self
@@ -226,7 +234,8 @@ async def serve(worker: CUDAWorker) -> int:
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if serving.done() and serving.exception() is not None:
-        logger.error("dask gpu worker: %s", failure(serving.exception(), worker.scheduler or worker.scheduler_file))
+        logger.error("dask gpu worker: %s", failure(serving.exception(), worker.scheduler or worker.scheduler_file,
+                                                   worker.death_timeout))
         code = 1
     serving.cancel()
     stopping.cancel()
@@ -234,10 +243,13 @@ async def serve(worker: CUDAWorker) -> int:
     return code
 
 
-def failure(error: BaseException, where) -> str:
+def failure(error: BaseException, where, death_timeout=None) -> str:
     """One line on why the workers stopped: the first cause, not distributed's "Nanny failed to start"."""
     if isinstance(error, reach.SchedulerError):
         return str(error)
+    if isinstance(error, asyncio.TimeoutError) and death_timeout is not None:  # a worker's start is bound by it
+        return (f"the workers did not start within --death-timeout {death_timeout} ({error}); a busy machine starts "
+                "them more slowly: give a longer --death-timeout")
     if isinstance(error, asyncio.TimeoutError):
         return f"the workers did not join the scheduler at {where} in time ({error}); exiting"
     for _ in range(10):  # "Nanny failed to start" from the worker's own error, and so on

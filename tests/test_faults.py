@@ -316,6 +316,23 @@ def test_gpu_workers_exit_after_death_timeout_when_the_scheduler_goes_away(tmp_p
         stop(worker, scheduler)
 
 
+def test_a_worker_whose_start_outlasts_its_death_timeout_says_so_and_exits(tmp_path):
+    """A start past --death-timeout (a busy machine's, here a preload that takes its time) ends in one line that
+    names the timeout, not in what closing the other workers left (once: "AssertionError: Status.starting")."""
+    (tmp_path / "slow_start.py").write_text("import time\n\ndef dask_setup(worker):\n    time.sleep(30)\n")
+    scheduler, path = start_scheduler(tmp_path)
+    env = {"DASK_GPU__SIMULATE": "2", "PYTHONPATH": os.pathsep.join([str(tmp_path), HERE])}
+    worker = start(["gpu", "worker", "--scheduler-file", path, "--death-timeout", "2", "--no-dashboard",
+                    "--preload", "slow_start"], tmp_path / "worker.log", env=env)
+    try:
+        assert worker.wait(60) == 1
+        with open(tmp_path / "worker.log") as log:
+            lines = [line for line in log if line.startswith("dask gpu worker:")]
+        assert len(lines) == 1 and "did not start within --death-timeout 2" in lines[0], lines
+    finally:
+        stop(worker, scheduler)
+
+
 def make_and_keep(i):
     return standin_device.make(200_000, i)
 
