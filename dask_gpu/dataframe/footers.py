@@ -29,8 +29,8 @@ _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operat
 @dataclasses.dataclass(frozen=True)
 class RowGroup:
     """One row group of one file: its rows, each column's bytes in memory, and its file's footer, whose statistics
-    give a column's (min, max) where a filter asks (pyarrow makes an object of each column's statistics, a third
-    of a footer's reading when made for every column)."""
+    give a column's (min, max) where a filter asks (pyarrow makes Python objects of each column's statistics:
+    read for the columns filtered on only)."""
 
     path: str
     index: int

@@ -7,7 +7,9 @@ their inputs, not computed anew:
 - A merge's meta. dask finds it by merging non-empty stand-ins of its inputs, and an optimization makes
   several merges of each join as it moves filters and columns: the 22 TPC-H queries ask for 314 merge metas
   of 87 kinds. It depends only on its inputs' columns, dtypes and index, and on its keywords. Of cuDF inputs
-  it is computed on the empty metas themselves (:func:`_on_empties`), as is an ``isin``'s.
+  it is made of their empty columns where the keys are columns of one dtype (:func:`_merged_columns`), and
+  computed on the empty metas themselves otherwise (:func:`_on_empties`), as is an ``isin``'s; a filter's is its
+  frame's, and a group-by's is computed with the empty metas as dask's stand-ins.
 - The metas of reductions and group-bys, and of their chunks. dask finds them by reducing non-empty stand-ins
   of their inputs, which with cuDF runs GPU kernels; the 22 queries ask for 140 of them, of 81 kinds. Each is a
   function of the expression's type and its operands, the expressions among them through their metas alone.
