@@ -646,3 +646,27 @@ def test_stand_ins_of_cudf_frames_are_the_empty_metas_only_while_a_group_by_s_me
     finally:
         meta.uninstall()
     assert meta_nonempty.dispatch(frame_type) is meta_nonempty.dispatch(pd.DataFrame)
+
+
+def test_threads_that_install_at_once_install_one_after_another(monkeypatch, by_kind):
+    """A client's warming thread and its first dataframe call may both install: one at a time, each finding what
+    the other kept."""
+    import threading
+    import time
+
+    inside, most, keep_lists = [0], [0], meta.keep_column_lists
+
+    def slow(cls):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        inside[0] -= 1
+        keep_lists(cls)
+
+    monkeypatch.setattr(meta, "keep_column_lists", slow)
+    threads = [threading.Thread(target=meta.install) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert most[0] == 1 and dx.Expr.columns.fget.by_kind

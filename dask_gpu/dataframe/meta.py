@@ -36,6 +36,7 @@ import contextvars
 import datetime
 import enum
 import functools
+import threading
 import types
 
 import numpy as np
@@ -73,29 +74,35 @@ _STAMPS = (np.generic, datetime.date, datetime.time, datetime.timedelta)
 
 def install(blockwise: bool = True) -> None:
     """Merge metas, the metas of reductions and group-bys (and of blockwise expressions, with ``blockwise``), and
-    cuDF frames' dtypes and columns, by kind from now on (idempotent; :func:`uninstall` undoes it). Imports dask's
-    dataframe expressions, and cuDF where it is installed."""
-    for cls, attribute, kind, cache, on_empties in kept_metas(blockwise):
-        keep(cls, attribute, kind, cache, on_empties)
-    keep_column_lists(internals.FrameExpr)
-    try:
-        import cudf
-    except ImportError:
-        return
-    keep_labels(cudf.DataFrame)
-    stand_ins_may_be_empty(cudf)
-    for name in CUDF_GROUPBYS:
-        keep(getattr(internals, name), "_meta", functools.partial(_operands_kind, "_meta"), _computed)
+    cuDF frames' dtypes and columns, by kind from now on (idempotent, and one thread at a time: a client's warming
+    thread and its first call may install at once; :func:`uninstall` undoes it). Imports dask's dataframe
+    expressions, and cuDF where it is installed."""
+    with _installing:
+        for cls, attribute, kind, cache, on_empties in kept_metas(blockwise):
+            keep(cls, attribute, kind, cache, on_empties)
+        keep_column_lists(internals.FrameExpr)
+        try:
+            import cudf
+        except ImportError:
+            return
+        keep_labels(cudf.DataFrame)
+        stand_ins_may_be_empty(cudf)
+        for name in CUDF_GROUPBYS:
+            keep(getattr(internals, name), "_meta", functools.partial(_operands_kind, "_meta"), _computed)
 
 
 def uninstall() -> None:
     """dask's and cuDF's own properties back, and the kept metas forgotten."""
-    internals.restore_class_attributes()
-    for cls, nonempty in _stand_ins.items():
-        meta_nonempty.register(cls, nonempty)
-    _stand_ins.clear()
-    for cache in (_merged, _computed, _labels, _kinds, _column_lists):
-        cache.clear()
+    with _installing:
+        internals.restore_class_attributes()
+        for cls, nonempty in _stand_ins.items():
+            meta_nonempty.register(cls, nonempty)
+        _stand_ins.clear()
+        for cache in (_merged, _computed, _labels, _kinds, _column_lists):
+            cache.clear()
+
+
+_installing = threading.Lock()
 
 
 def kept_metas(blockwise: bool = True) -> list:
