@@ -266,3 +266,37 @@ def test_a_computed_answer_is_released_at_once_so_that_a_run_again_computes_anew
         gc.collect()
         settle(client)
         assert compute(counted(str(runs)), client, 30, persist=True).compute() == 5
+
+
+def test_the_bytes_a_shuffle_sends_between_workers_and_its_seconds_are_measured():
+    import pandas as pd
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from dask_gpu.benchmarks.common import compute, sent, shuffle_seconds
+
+    frame = dd.from_pandas(pd.DataFrame({"k": range(20_000), "x": 1.0}), npartitions=4)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        before = sent(client)
+        with get_task_stream(client=client) as stream:
+            assert compute(frame.x.sum(), client, 30) == 20_000
+        assert sent(client)["shuffle_bytes"] == before["shuffle_bytes"] and shuffle_seconds(stream.data) == 0.0
+        with get_task_stream(client=client) as stream:
+            assert compute(frame.shuffle("k", shuffle_method="p2p").x.sum(), client, 30) == 20_000
+        after = sent(client)
+        assert after["shuffle_bytes"] - before["shuffle_bytes"] > 20_000 * 16 / 2  # half the rows at least
+        assert 0 < shuffle_seconds(stream.data) < 30
+
+
+def test_the_tpch_table_names_each_column_s_largest_shuffle():
+    from dask_gpu.benchmarks.tpch import suite as tpch
+
+    def run(workload, architecture, moved, seconds):
+        return {"workload": workload, "architecture": architecture,
+                "phases": {"shuffle_bytes": moved, "shuffle_seconds": seconds}}
+
+    result = {"runs": [run("q3", "dask-gpu, 4 GPUs", 2e9, 0.5), run("q9", "dask-gpu, 4 GPUs", 6e9, 0.3),
+                       run("q9", "dask-gpu, 1 GPU", 0, 0.0), {"workload": "q1", "architecture": "DuckDB"}]}
+    assert tpch.shuffle_lines(result) == ["dask-gpu, 4 GPUs: largest shuffle q9, 6.00 GB between workers in 0.30 s "
+                                          "(20.0 GB/s)"]

@@ -234,6 +234,30 @@ def compute(expr, client, timeout, persist=False, **kwargs):
         settle(client)
 
 
+def sent(client) -> dict:
+    """What the workers of ``client`` have sent so far, in bytes: task data that a worker fetched from another
+    (``task_bytes``), and P2P shuffles' pieces, which the device shuffle sends only to other workers
+    (``shuffle_bytes``)."""
+
+    def totals(dask_worker):
+        pieces = sum(value for key, value in dask_worker.digests_total.items() if isinstance(key, tuple)
+                     and key[:1] == ("p2p",) and key[-3:] == ("background-comms", "process", "bytes"))
+        return dask_worker.transfer_outgoing_bytes_total, pieces
+
+    found = list(client.run(totals).values())
+    return {"task_bytes": sum(t for t, _ in found), "shuffle_bytes": sum(p for _, p in found)}
+
+
+def shuffle_seconds(stream: list) -> float:
+    """From the first of a task stream's shuffle transfers (the tasks that send a P2P shuffle's input) starting to
+    the last one's end: the seconds its pieces took to move (0.0 without a shuffle)."""
+    from dask.utils import key_split
+
+    spans = [(s["start"], s["stop"]) for task in stream if key_split(task["key"]) == "shuffle-transfer"
+             for s in task["startstops"] if s["action"] == "compute"]
+    return max(stop for _, stop in spans) - min(start for start, _ in spans) if spans else 0.0
+
+
 def settle(client) -> None:
     """The client's loop has taken in the releases of futures let go so far (a future releases its key through the
     loop): the next call of the same keys computes them, where it would find them still held."""

@@ -23,7 +23,8 @@ import dask
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, engine_kinds, error_text, gpu_client, gpu_columns,
-                                        gpu_counts, gpu_notes, run_columns, runs_table, startup_lines)
+                                        gpu_counts, gpu_notes, run_columns, runs_table, sent, shuffle_seconds,
+                                        startup_lines)
 from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.benchmarks.tpch import data
@@ -242,20 +243,27 @@ class Dask:
         return to_pandas(compute(self.queries[number](self), self.client, self.timeout))
 
     def phases(self, number) -> dict:
-        """One more run, split: building the collection, optimizing it, its graph, and the cluster's work; its
-        answer too, which is the answer of a collection optimized first (``optimize()``, then computed)."""
+        """One more run, split: building the collection, optimizing it, its graph, and the cluster's work, with the
+        bytes it sent between workers and the seconds its shuffles' pieces took (:func:`.common.sent`); its answer
+        too, which is the answer of a collection optimized first (``optimize()``, then computed)."""
         clock = [time.perf_counter()]
         collection = self.queries[number](self)
         clock.append(time.perf_counter())
         optimized = collection.optimize()
         clock.append(time.perf_counter())
+        from distributed import get_task_stream
+
         tasks = len(optimized.__dask_graph__())
+        before = sent(self.client)
         clock.append(time.perf_counter())
-        answer = compute(optimized, self.client, self.timeout)
+        with get_task_stream(client=self.client) as stream:
+            answer = compute(optimized, self.client, self.timeout)
         clock.append(time.perf_counter())
         steps = [b - a for a, b in zip(clock, clock[1:])]
+        moved = {name: count - before[name] for name, count in sent(self.client).items()}
         return {"build": steps[0], "optimize": steps[1], "graph": steps[2], "compute": steps[3], "tasks": tasks,
-                "partitions": getattr(optimized, "npartitions", 1), "answer": to_pandas(answer)}
+                "partitions": getattr(optimized, "npartitions", 1), **moved,
+                "shuffle_seconds": shuffle_seconds(stream.data), "answer": to_pandas(answer)}
 
 
 def to_pandas(value):
@@ -290,7 +298,22 @@ def table(result: dict) -> str:
     for label, t in result.get("totals", {}).items():
         lines.append(f"{label}: {t['seconds']:.2f} s for {t['correct']} of {t['queries']} right "
                      f"(first runs {t['first_seconds']:.2f} s)")
-    return "\n".join([*lines, *startup_lines(result), *result["notes"]])
+    return "\n".join([*lines, *shuffle_lines(result), *startup_lines(result), *result["notes"]])
+
+
+def shuffle_lines(result: dict) -> list[str]:
+    """For each column whose split runs shuffled between workers, the largest shuffle: the bytes its pieces took
+    between workers, and at what rate."""
+    lines, largest = [], {}
+    for r in result["runs"]:
+        phases = r.get("phases") or {}
+        if phases.get("shuffle_bytes", 0) > largest.get(r["architecture"], ({}, {}))[1].get("shuffle_bytes", 0):
+            largest[r["architecture"]] = (r, phases)
+    for label, (r, phases) in largest.items():
+        rate = phases["shuffle_bytes"] / phases["shuffle_seconds"] / 1e9 if phases["shuffle_seconds"] else 0.0
+        lines.append(f"{label}: largest shuffle {r['workload']}, {phases['shuffle_bytes'] / 1e9:.2f} GB between "
+                     f"workers in {phases['shuffle_seconds']:.2f} s ({rate:.1f} GB/s)")
+    return lines
 
 
 def plot(result: dict, path: str) -> None:
