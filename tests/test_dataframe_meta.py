@@ -159,6 +159,32 @@ def test_operands_equal_as_values_but_of_other_types_are_other_kinds(by_kind):
         assert meta._operand_kind(stamp)[2] == stamp.unit
 
 
+@pytest.mark.parametrize("reduce", [lambda s: s.sum(), lambda s: s.max(), lambda s: s.count(), lambda s: s.mean()])
+def test_a_series_reduced_to_a_scalar_is_one_kind_whatever_its_name_and_index(by_kind, reduce):
+    df = dd.from_pandas(typed(), npartitions=2)
+    first = reduce(df.x)
+    assert_same_meta(first._meta, computed(first.expr))
+    reductions = lambda: {key for key in meta._computed if key[0] is type(first.expr)}  # noqa: E731
+    kinds = reductions()
+    assert kinds
+    other = reduce((df.set_index("k").x * 2).rename("y"))  # another name and index, the same dtype
+    assert_same_meta(other._meta, computed(other.expr))
+    assert reductions() == kinds
+    integers = reduce(df.n)  # another dtype: another kind
+    assert_same_meta(integers._meta, computed(integers.expr))
+    assert len(reductions()) > len(kinds)
+
+
+def test_a_group_by_of_a_series_keeps_its_name_in_its_kind(by_kind):
+    """dask's group-by reductions have classes named as the reductions of a series to a scalar (Sum, Max, ...), and
+    their metas are series named as their input."""
+    df = dd.from_pandas(typed(), npartitions=2)
+    for name in ("x", "y"):
+        grouped = df.x.rename(name).groupby(df.g)
+        for reduced in (grouped.sum(), grouped.max(), grouped.count(), grouped.mean()):
+            assert reduced._meta.name == name
+
+
 def test_a_blockwise_meta_is_dask_s_and_is_computed_once_per_kind(by_kind):
     df = dd.from_pandas(typed(), npartitions=2)
     filtered = df[df.x > 1.5].assign(y=df.x * 2)[["k", "y"]]
@@ -275,11 +301,14 @@ def test_the_usual_operations_are_planned_and_right_on_pandas_partitions():
     optimizes and computes."""
     collections = start.plan_usual(pd.DataFrame)
     kinds = {type(e).__name__ for c in collections for e in c.expr.walk()}
-    assert {"Merge", "Filter", "Assign", "Isin", "DropDuplicates", "Sum", "Mean", "NUnique", "Min",
-            "GroupbyAggregation", "SortValues", "EQ", "And", "Or"} <= kinds
+    assert {"Merge", "Filter", "Assign", "Isin", "DropDuplicates", "Sum", "Mean", "NUnique", "Min", "Max", "Count",
+            "GroupbyAggregation", "SortValues", "EQ", "And", "Or", "Div", "Where", "IsNa", "AsType", "Invert"} <= kinds
     answers = [c.optimize().compute() for c in collections]
-    assert [len(a) for a in answers[:4]] == [4, 2, 4, 7]
-    assert answers[4] > 0 and 0 < answers[5] < 1
+    assert [len(a) for a in answers[:6]] == [4, 2, 4, 8, 1, 4]
+    below_half, ratio, mean, keys, top, least, count, latest, flags = answers[6:]
+    assert below_half > 0 and 0 < ratio < 1 and 0 < mean < 1 and keys > 0 and top == 1 and least == 0
+    assert count == 59 and flags > 16  # the 16 rows of "ab", flagged
+    assert latest == pd.Timestamp("1970-03-05")  # the 64th day, kept as its string ends with "h"
 
 
 class Plugin:
@@ -646,6 +675,53 @@ def test_stand_ins_of_cudf_frames_are_the_empty_metas_only_while_a_group_by_s_me
     finally:
         meta.uninstall()
     assert meta_nonempty.dispatch(frame_type) is meta_nonempty.dispatch(pd.DataFrame)
+
+
+ROWS_KEPT = {  # reductions to a frame's first or largest rows, whose metas are their inputs' shapes
+    "nlargest": lambda df: df.nlargest(2, "x"),
+    "nsmallest of a series": lambda df: df.x.nsmallest(2),
+    "a sort's first rows": lambda df: df.sort_values(["x", "g"], ascending=[False, True]).head(2, compute=False),
+}
+ON_PARTITIONS = {  # the same on a partition, as cuDF computes it
+    "nlargest": lambda frame: frame.nlargest(2, "x"),
+    "nsmallest of a series": lambda frame: frame.x.nsmallest(2),
+    "a sort's first rows": lambda frame: frame.sort_values(["x", "g"], ascending=[False, True]).head(2),
+}
+
+
+@pytest.mark.parametrize("name, empties", [("group-by", True), ("a sort's first rows", False), ("sum", False)])
+def test_group_bys_alone_are_computed_on_empty_stand_ins(monkeypatch, name, empties):
+    monkeypatch.setattr(meta, "_on_empties", lambda m: True)  # as with cuDF's metas
+    seen = []
+
+    def compute(expr):
+        seen.append(meta._EMPTY_STAND_INS.get())
+        return expr.frame._meta
+
+    make = {"group-by": lambda df: df.groupby("g").x.sum(), "sum": lambda df: df.x.sum()}.get(name) or ROWS_KEPT[name]
+    nodes = [e for e in make(dd.from_pandas(typed(), npartitions=2)).expr.simplify().walk()
+             if isinstance(e, ApplyConcatApply)]
+    assert nodes
+    for node in nodes:
+        meta._on_empty_stand_ins(compute)(node)
+    assert seen == [empties] * len(nodes)
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+@pytest.mark.parametrize("name", ROWS_KEPT)
+def test_cudf_metas_of_reductions_to_first_rows_are_the_partitions_shapes(by_kind, name):
+    """Those of the partitions: on cuDF's empty metas, a sort's strings would come out of another dtype."""
+    import cudf
+
+    frame = cudf.from_pandas(typed())
+    want = ON_PARTITIONS[name](frame).iloc[:0].to_pandas()
+    expr = ROWS_KEPT[name](dd.from_pandas(frame, npartitions=2)).expr.simplify()
+    found = [e for e in expr.walk() if isinstance(e, ApplyConcatApply)]
+    assert found
+    for node in found:
+        for value in (node._meta_chunk, node._meta):  # the chunk's is dask's stand-ins' rows: the shapes compare
+            assert_same_meta(value.iloc[:0].to_pandas(), want)
 
 
 def test_threads_that_install_at_once_install_one_after_another(monkeypatch, by_kind):

@@ -8,6 +8,7 @@ conjunctions, each a tuple of ``(column, op, value)`` with ``op`` one of ``== !=
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import operator
 
@@ -144,20 +145,28 @@ def selectivity(fs, groups, filters) -> float:
 
 
 def _sampled(fs, picked, filters) -> float:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     columns = sorted({term[0] for conjunction in filters for term in conjunction})
-    kept = total = 0
     try:
         expression = pq.filters_to_expression([list(c) for c in filters])
-        for group in picked:
-            with fs.open(group.path, "rb") as f:  # the footer read already
-                batch = next(pq.ParquetFile(f, metadata=group.metadata).iter_batches(
-                    SAMPLE_ROWS, row_groups=[group.index], columns=columns), None)
-            if batch is not None:
-                table = pa.Table.from_batches([batch])
-                kept, total = kept + table.filter(expression).num_rows, total + table.num_rows
+        with concurrent.futures.ThreadPoolExecutor(len(picked)) as pool:  # reading and filtering free the GIL
+            tried = list(pool.map(lambda group: _tried(fs, group, columns, expression), picked))
     except (TypeError, ValueError, NotImplementedError):  # a filter pyarrow cannot try (its errors derive from these)
         return 1.0
+    kept, total = (sum(counts) for counts in zip(*tried))
     return (kept + 1) / (total + 1) if total else 1.0
+
+
+def _tried(fs, group, columns, expression) -> tuple:
+    """The rows that ``expression`` keeps of ``group``'s first rows, and those rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with fs.open(group.path, "rb") as f:  # the footer read already
+        batch = next(pq.ParquetFile(f, metadata=group.metadata).iter_batches(
+            SAMPLE_ROWS, row_groups=[group.index], columns=columns), None)
+    if batch is None:
+        return 0, 0
+    table = pa.Table.from_batches([batch])
+    return table.filter(expression).num_rows, table.num_rows

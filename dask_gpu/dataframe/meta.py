@@ -9,11 +9,12 @@ their inputs, not computed anew:
   of 87 kinds. It depends only on its inputs' columns, dtypes and index, and on its keywords. Of cuDF inputs
   it is made of their empty columns where the keys are columns of one dtype (:func:`_merged_columns`), and
   computed on the empty metas themselves otherwise (:func:`_on_empties`), as is an ``isin``'s; a filter's is its
-  frame's, and a group-by's is computed with the empty metas as dask's stand-ins.
+  frame's.
 - The metas of reductions and group-bys, and of their chunks. dask finds them by reducing non-empty stand-ins
   of their inputs, which with cuDF runs GPU kernels; the 22 queries ask for 140 of them, of 81 kinds. Each is a
-  function of the expression's type and its operands, the expressions among them through their metas alone.
-  Operands with no kind here (a closure, an object of its own type) leave the meta computed as dask does.
+  function of the expression's type and its operands, the expressions among them through their metas alone, and
+  a series reduced to a scalar through its dtype alone. Operands with no kind here (a closure, an object of its
+  own type) leave the meta computed as dask does. Group-bys are computed on the empty metas of cuDF inputs.
 - The metas of blockwise expressions (selections, filters, arithmetic, new columns), kept the same way: each is
   one call on an empty frame, which with cuDF is its Python and, for some, kernels.
 - A cuDF frame's ``dtypes`` and ``columns``. Each is a pandas object made anew at each call (a Series, about
@@ -65,6 +66,11 @@ CUDF_GROUPBYS = ("CudfGroupbyAgg", "DecomposableCudfGroupbyAgg")
 # the operands that the metas of these expressions take, where not all of them: an isin's meta is its frame's
 # shape in booleans, whatever the values (held in a delayed object, which has no kind)
 META_OPERANDS = {"Isin": ("frame",)}
+
+# dask's reductions whose meta over a series, and their chunks', is a scalar that the series' dtype decides: their
+# kind leaves out its name and index, so that the sums of a query's columns of one dtype are one kind, and one
+# planned as a client warms serves them all
+SCALAR_OF_SERIES = ("Sum", "Prod", "Max", "Min", "Any", "All", "Count", "Mean")
 
 # operands that are their own kind, with their type (1, 1.0 and True are equal, and give other metas)
 _VALUES = (str, bytes, int, float, complex, type(None), enum.Enum)
@@ -121,7 +127,7 @@ def kept_metas(blockwise: bool = True) -> list:
 
 def stand_ins_may_be_empty(cudf) -> None:
     """dask's stand-ins of cuDF frames and series (``meta_nonempty``, dask-cudf's) are the empty metas themselves
-    while a group-by's meta is computed (:func:`_on_empty_stand_ins`), where they hold no categories (idempotent)."""
+    while :func:`_on_empty_stand_ins` computes a meta, where they hold no categories (idempotent)."""
     for cls in (cudf.DataFrame, cudf.Series):
         if cls not in _stand_ins:
             _stand_ins[cls] = nonempty = meta_nonempty.dispatch(cls)
@@ -135,7 +141,8 @@ def _stand_in(nonempty, meta):
 def _on_empty_stand_ins(compute):
     """``compute``, dask's meta of a group-by or of its chunks, run with the empty metas as its stand-ins where its
     inputs' metas are cuDF's (:func:`_on_empties`): dask groups and aggregates non-empty stand-ins, which with cuDF
-    are columns made on the device, grouped by its kernels, two or three times for each group-by."""
+    are columns made on the device, grouped by its kernels, two or three times for each group-by. (Not a sort's: on
+    cuDF's empty metas, a sort's strings come out of another dtype than its partitions'.)"""
 
     @functools.wraps(compute)
     def computed(expr):
@@ -366,7 +373,18 @@ def _frame_like(value) -> bool:
 def _operands_kind(attribute: str, expr) -> tuple:
     names = META_OPERANDS.get(type(expr).__name__)
     operands = expr.operands if names is None else [expr.operand(name) for name in names]
-    return type(expr), attribute, tuple(_operand_kind(operand) for operand in operands)
+    kinds = [_operand_kind(operand) for operand in operands]
+    if _scalar_of_series(expr):
+        kinds[0] = "series", type(expr.frame._meta), expr.frame._meta.dtype  # the first of a reduction's operands
+    return type(expr), attribute, tuple(kinds)
+
+
+def _scalar_of_series(expr) -> bool:
+    """Whether ``expr`` is one of dask's :data:`SCALAR_OF_SERIES` reductions of a series (its group-bys have classes
+    of the same names, whose metas are series named as their input)."""
+    cls = type(expr)
+    return (cls.__name__ in SCALAR_OF_SERIES and cls.__module__ == internals.ApplyConcatApply.__module__
+            and is_series_like(expr.frame._meta))
 
 
 def _operand_kind(operand):

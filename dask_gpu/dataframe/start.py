@@ -52,12 +52,17 @@ def warm(directory: str) -> float:
     finally:
         if os.path.exists(path):
             os.remove(path)
-    kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970)]
-    kept = kept.assign(y=kept.x / (kept.k + 1))  # cuDF checks a divisor with CuPy's reductions
-    groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count"], "y": "max"})
-    groups.columns = ["sum", "mean", "count", "max"]
-    joined = kept.merge(groups.reset_index(), on=["k", "s"], how="left")
-    joined.sort_values(["sum", "x"]).head(10).to_pandas()
+    kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
+                 | frame.s.str.startswith("a")]
+    kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's reductions
+                       z=kept.x.where(kept.s == "bb", 0.0), head=kept.s.str.slice(0, 1))
+    groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count", "min"], "y": "max", "t": "max"})
+    groups.columns = ["sum", "mean", "count", "min", "max", "last"]
+    joined = kept.merge(groups.reset_index(), on=["k", "s"], how="left").merge(groups.reset_index(), on="k")
+    joined.sort_values(["sum_x", "x"]).head(10).to_pandas()
+    kept.groupby("t").k.nunique().to_pandas()
+    kept[["k", "head"]].drop_duplicates().to_pandas()
+    float(kept.x.sum()), float(kept.z.max()), kept.t.min()
     seconds = time.perf_counter() - start
     logger.info("cuDF warmed in %.2f s", seconds)
     return seconds
@@ -88,10 +93,11 @@ def warm_client(dask_cudf) -> threading.Thread:
 
 def plan_usual(frame_type) -> list:
     """Small collections of ``frame_type``'s frames (cuDF's, or pandas') with the operations a query usually
-    plans: filters on numbers, strings and dates, new columns, joins on one and two keys, group-bys, distinct
-    rows, reductions and a sort. Optimizing them runs, once, what a query's first plan pays for each of these in a
-    new process: on cuDF, the first calls of an operation on the empty frames of dask's metas cost a few times its
-    later ones, and a query's plan makes hundreds of them."""
+    plans: filters on numbers, strings and dates, new columns, joins on one and two keys, inner and left, group-bys
+    of one to three keys, distinct rows, reductions, sorts and a comparison with a reduction. Optimizing them runs,
+    once, what a query's first plan pays for each of these in a new process: on cuDF, the first calls of an
+    operation on the empty frames of dask's metas cost a few times its later ones, and a query's plan makes
+    hundreds of them."""
     import dask.dataframe as dd
     import numpy as np
     import pandas as pd
@@ -101,19 +107,30 @@ def plan_usual(frame_type) -> list:
     left = dd.from_pandas(frame_type({
         "k": rows % 8, "j": rows % 3, "x": np.linspace(0.0, 1.0, len(rows)),
         "s": np.array(["ab", "cd", "ef", "gh"])[rows % 4],
-        "d": (rows * 86_400).astype("datetime64[s]").astype("datetime64[ms]")}), npartitions=2)
+        "d": (rows * 86_400).astype("datetime64[s]").astype("datetime64[us]")}), npartitions=2)
     right = dd.from_pandas(frame_type({"k": rows[:8], "j2": rows[:8] % 3, "t": np.array(["a", "c"])[rows[:8] % 2],
                                        "y": np.ones(8)}), npartitions=1)
     kept = left[(left.d >= day) & (left.d < day + pd.Timedelta(days=30)) & (left.x > 0.1) & (left.k != 3)
-                | left.s.str.startswith("a") | left.s.str.contains("e") | left.k.isin([1, 2])]
-    kept = kept.assign(r=kept.x * (1 - kept.x), year=kept.d.dt.year, head=kept.s.str.slice(0, 1))
+                | left.s.str.startswith("a") | left.s.str.contains("e") | left.k.isin([1, 2])
+                | left.s.str.endswith("h") & ~left.s.str.contains("c.*d", regex=True)]
+    kept = kept.assign(r=kept.x * (1 - kept.x), year=kept.d.dt.year, head=kept.s.str.slice(0, 1),
+                       share=kept.x / (kept.k + 1.0),  # cuDF's first division imports CuPy's special functions
+                       w=kept.x.where(kept.s.str.startswith("a"), 0.0), flag=kept.s.isin(["ab"]).astype("int64"),
+                       small=(kept.k % 5).astype("int32"))
     joined = kept.merge(right, on="k").merge(right.rename(columns={"k": "k2"}), left_on="j", right_on="k2",
                                              how="left")
     pairs = kept.merge(right[right.t == "a"], left_on=["k", "j"], right_on=["k", "j2"])
     groups = joined.groupby(["s", "year"]).agg({"r": "sum", "x": "mean", "k": "count", "y_x": "max"})
+    totals = kept.groupby(["k", "s", "d"]).r.sum().to_frame("total").reset_index()
+    averages = kept.groupby("k").x.mean().to_frame("average").reset_index().merge(kept, on="k")
+    unmatched = kept.merge(right[right.t == "c"], on="k", how="left")
     return [groups.reset_index().sort_values(["r", "s"], ascending=[False, True]).head(10, compute=False),
             joined.groupby("t_x").k.nunique().reset_index(), pairs.groupby("k").x.min().reset_index(),
-            kept[["k"]].drop_duplicates(), (kept.x * kept.r).sum(), kept.x.mean()]
+            kept[["k"]].drop_duplicates(), totals[totals.total == totals.total.max()].sort_values("k"),
+            unmatched[unmatched.y.isna()].groupby("small").k.count().to_frame("n").reset_index(),
+            averages[averages.x < 0.5 * averages.average].x.sum(),
+            (kept.x * kept.r).sum() / kept.x.sum(), kept.x.mean(), kept.k.sum(), kept.x.max(), kept.k.min(),
+            kept.k.count(), kept.d.max(), (kept.w + kept.flag).sum()]
 
 
 _asked = weakref.WeakSet()  # the clients whose workers were asked to warm
