@@ -59,7 +59,7 @@ class GPUWorker(WorkerPlugin):
         if self.warm_cudf:  # before the worker registers: no task runs meanwhile
             from dask_gpu.dataframe import start
 
-            self.warmed_seconds += start.warm(worker.local_directory)  # shown by dask gpu bench
+            self.warmed_seconds += start.warm_worker(worker)  # shown by dask gpu bench
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)

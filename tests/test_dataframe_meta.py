@@ -341,6 +341,19 @@ def test_a_worker_that_started_cold_warms_cudf_once_in_a_thread(monkeypatch, tmp
     assert start.warm_if_cold(worker(Plugin())) is False and len(warmed) == 1
 
 
+def test_a_worker_whose_warm_up_fails_starts_and_says_so(monkeypatch, tmp_path, caplog):
+    import types
+
+    def failing(directory):
+        raise ValueError("Invalid row group index")
+
+    monkeypatch.setattr(start, "warm", failing)
+    worker = types.SimpleNamespace(local_directory=str(tmp_path), name="gpu-0")
+    with caplog.at_level("WARNING", logger="dask_gpu"):
+        assert start.warm_worker(worker) == 0.0
+    assert "worker gpu-0 did not warm cuDF: Invalid row group index" in caplog.text
+
+
 def test_the_client_s_workers_are_asked_to_warm_once_at_the_backend_s_first_use(monkeypatch):
     import distributed
 

@@ -17,6 +17,8 @@ import threading
 import time
 import weakref
 
+from dask_gpu.dataframe import parquet
+
 logger = logging.getLogger("dask_gpu")
 BACKENDS = ("gpu", "cudf")  # dask's dataframe backends whose partitions are cuDF frames
 WARMING = "dask-gpu-warm-cudf"  # the name of a thread that warms cuDF
@@ -48,12 +50,13 @@ def warm(directory: str) -> float:
     path = os.path.join(directory, "dask-gpu-warm.parquet")
     try:
         frame.to_parquet(path)
-        frame = cudf.read_parquet(path, columns=["k", "x", "s", "t"])
+        # as a read task reads: row groups of several files in one call (cuDF plans them as a pyarrow dataset)
+        frame = parquet.read_pieces(((path, (0,)), (path, (0,))), ["k", "x", "s", "t"], "cudf")
     finally:
         if os.path.exists(path):
             os.remove(path)
     kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
-                 | frame.s.str.startswith("a")]
+                 | frame.s.str.startswith("a") | (frame.t <= np.datetime64("1970-01-01T00:10", "us"))]
     kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's reductions
                        z=kept.x.where(kept.s == "bb", 0.0), head=kept.s.str.slice(0, 1))
     groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count", "min"], "y": "max", "t": "max"})
@@ -66,6 +69,16 @@ def warm(directory: str) -> float:
     seconds = time.perf_counter() - start
     logger.info("cuDF warmed in %.2f s", seconds)
     return seconds
+
+
+def warm_worker(dask_worker) -> float:
+    """:func:`warm` in ``dask_worker``'s directory; a failure is a warning and 0 seconds: the worker starts all the
+    same, and its first dataframe task meets the error again, where the user looks."""
+    try:
+        return warm(dask_worker.local_directory)
+    except Exception as e:  # noqa: BLE001
+        logger.warning("worker %s did not warm cuDF: %s", dask_worker.name, e)
+        return 0.0
 
 
 def warm_client(dask_cudf) -> threading.Thread:
@@ -169,10 +182,7 @@ def warm_if_cold(dask_worker) -> bool:
     plugin.warm_cudf = True
 
     def run():
-        try:
-            plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm(dask_worker.local_directory)
-        except Exception as e:  # noqa: BLE001  the worker's first dataframe task meets it again, and reports it
-            logger.warning("worker %s did not warm cuDF: %s", dask_worker.name, e)
+        plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm_worker(dask_worker)
 
     threading.Thread(target=run, name=WARMING, daemon=True).start()
     return True
