@@ -17,8 +17,6 @@ import threading
 import time
 import weakref
 
-from dask_gpu.dataframe import parquet
-
 logger = logging.getLogger("dask_gpu")
 BACKENDS = ("gpu", "cudf")  # dask's dataframe backends whose partitions are cuDF frames
 WARMING = "dask-gpu-warm-cudf"  # the name of a thread that warms cuDF
@@ -42,6 +40,8 @@ def warm(directory: str) -> float:
     import cudf
     import dask_cudf  # noqa: F401  registers cuDF with dask's dispatches, which every task looks up
     import numpy as np
+
+    from dask_gpu.dataframe import parquet  # its read expression imports dask's dataframe expressions
 
     rows = 4096
     frame = cudf.DataFrame({"k": np.arange(rows) % 7, "x": np.linspace(-1, 1, rows),
