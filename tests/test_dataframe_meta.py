@@ -218,6 +218,35 @@ def test_kinds_tell_apart_what_shapes_a_meta():
         meta.meta_kind(np.float64(1.0))
 
 
+def test_a_kind_is_hashed_once_and_equals_its_tuple(monkeypatch):
+    hashed = []
+
+    class Counted(str):
+        def __hash__(self):
+            hashed.append(self)
+            return str.__hash__(self)
+
+    frame = pd.DataFrame({"k": pd.Series([], dtype="int64")})
+    frame.columns = pd.Index([Counted("k")], dtype=object)
+    kind = meta.meta_kind(frame)
+    assert hash(kind) == hash(kind) and len(hashed) == 1
+    assert hash(kind) == hash(tuple(kind)) and kind == tuple(kind) and {kind: 1}[tuple(kind)] == 1
+
+
+def test_forms_are_dask_s_and_asked_once_for_each_pandas_class(monkeypatch):
+    frame = typed()
+    values = [frame, frame.k, frame.index, frame.set_index(["g", "k"]).index, np.float64(1.0), [1]]
+    assert [meta._form(v) for v in values] == ["frame", "series", "index", "index", None, None]
+    asked = []
+    monkeypatch.setattr(meta, "is_dataframe_like", lambda v: asked.append(v) or False)
+
+    class Frame(pd.DataFrame):  # a class of another module
+        pass
+
+    assert [meta._form(v) for v in values[:4]] == ["frame", "series", "index", "index"] and not asked
+    assert meta._form(Frame(frame)) is None and meta._form(Frame(frame)) is None and len(asked) == 2
+
+
 def test_class_methods_partials_method_callers_empty_frames_and_scalar_metas_have_kinds(by_kind):
     assert meta._operand_kind(Sum.chunk) != meta._operand_kind(Max.chunk)  # classmethods, bound to classes
     by = meta._operand_kind(functools.partial(sorted, key=len))
@@ -437,11 +466,12 @@ def kept(monkeypatch):
 
 def test_a_frame_s_dtypes_and_columns_are_made_once_per_kind_and_equal_the_library_s(kept):
     a, same, other = kept(k="int64", s="object"), kept(k="int64", s="object"), kept(k="float64")
+    # dtypes are made of the kept columns: one pandas object made for each kind
     assert a.dtypes.to_dict() == {"k": np.dtype("int64"), "s": np.dtype("object")} and list(a.columns) == ["k", "s"]
-    assert same.dtypes.to_dict() == a.dtypes.to_dict() and list(same.columns) == ["k", "s"] and kept.made == 2
-    assert other.dtypes.to_dict() == {"k": np.dtype("float64")} and kept.made == 3
+    assert same.dtypes.to_dict() == a.dtypes.to_dict() and list(same.columns) == ["k", "s"] and kept.made == 1
+    assert other.dtypes.to_dict() == {"k": np.dtype("float64")} and kept.made == 2
     renamed = kept(key="int64", s="object")  # other labels, the same dtypes: another kind
-    assert list(renamed.dtypes.index) == ["key", "s"] and list(renamed.columns) == ["key", "s"] and kept.made == 5
+    assert list(renamed.dtypes.index) == ["key", "s"] and list(renamed.columns) == ["key", "s"] and kept.made == 3
 
 
 def test_each_call_gets_labels_of_its_own(kept):
@@ -482,7 +512,8 @@ def test_cudf_labels_kept_by_kind_equal_cudf_s():
     dtypes, columns = (inspect.unwrap(getattr(cudf.DataFrame, name).fget) for name in ("dtypes", "columns"))
     frames = [cudf.DataFrame({"a": [1, 2], "b": ["x", "y"]}), cudf.DataFrame({0: [1.5], 1: [2]}),
               cudf.DataFrame({"c": cudf.Series(["u", "v"], dtype="category")}),
-              cudf.DataFrame({("x", "a"): [1], ("x", "b"): [2.0]})]
+              cudf.DataFrame({("x", "a"): [1], ("x", "b"): [2.0]}), cudf.DataFrame(),
+              cudf.DataFrame({"a": [1], "b": ["x"], "t": cudf.Series([0], dtype="datetime64[us]")}).iloc[:0]]
     meta.install()
     assert cudf.DataFrame.dtypes.fget.by_kind and cudf.DataFrame.columns.fget.by_kind
     for frame in frames * 2:

@@ -248,6 +248,22 @@ def test_a_read_travels_with_its_plan_and_without_its_footers(data):
     assert copy._name == expr._name and copy.npartitions == 4
 
 
+def test_the_rows_a_filter_keeps_are_found_once_for_each_files_and_filters(data, monkeypatch):
+    """Reads of other columns under the same filters share the row groups picked and the rows' share."""
+    _, path = data
+    asked = []
+    monkeypatch.setattr(parquet, "candidates", lambda groups, filters: asked.append(filters) or list(groups))
+    monkeypatch.setattr(parquet, "_plans", {})
+    monkeypatch.setattr(parquet, "_kept_rows", {})
+    full = read(path)
+    red = full[full.s == "red"]
+    for columns in (["x0"], ["x0", "x1"], ["k"]):
+        assert reads(red[columns])[0].npartitions >= 1
+    blue = full[full.s == "blue"]
+    assert reads(blue[["x0"]])[0].npartitions >= 1
+    assert sorted(set(asked), key=asked.index) == asked and len(asked) == 2
+
+
 def test_a_plan_is_made_once_for_each_files_columns_filters_and_sizing(data, monkeypatch):
     """The optimizer makes a read anew for each projection and filter it pushes in: reads of the same files,
     columns, filters and sizing share one plan; another of these gets a plan of its own."""

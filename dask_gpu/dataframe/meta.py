@@ -21,14 +21,15 @@ their inputs, not computed anew:
   a millisecond; an Index, half that), and dask asks for them at every column selection it plans
   (``is_dataframe_like`` looks for ``dtypes``): 2,300 and 1,500 calls over the 22 queries, a tenth of the
   client's time. They depend only on the columns' labels and dtypes; each call gets a copy, which a user may
-  change.
+  change. ``dtypes`` is made of the kept ``columns``, and this module tells a frame from a series by its class
+  (:func:`_form`), not by asking it for its ``dtypes``.
 - An expression's list of column labels, which dask makes anew from its meta at each call (3,000 calls over the
   22 queries), kept for each meta object; each call gets a list of its own.
 
 Kept metas are shared by the expressions of one kind, as dask shares an expression's meta with every user of
 it (a sort's meta is its input's): a cuDF frame's shallow copy cost about a millisecond. An operand's kind is
-kept for its meta object. With these, a round of the 22 queries' building and optimization took 1.92 s against
-3.06 s with dask's metas, with pandas metas, from empty caches (``benchmarks/tpch_plans.py``).
+kept for its meta object, and hashed once. With these, a round of the 22 queries' building and optimization took
+1.92 s against 3.06 s with dask's metas, with pandas metas, from empty caches (``benchmarks/tpch_plans.py``).
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ import contextvars
 import datetime
 import enum
 import functools
+import sys
 import threading
 import types
 
 import numpy as np
+import pandas as pd
 from dask.dataframe.dispatch import make_meta, meta_nonempty
 from dask.utils import is_dataframe_like, is_index_like, is_series_like, methodcaller
 
@@ -208,7 +211,7 @@ def _merged_columns(left, right, keywords):
     left_on, right_on = _keys(keywords["left_on"]), _keys(keywords["right_on"])
     if (how not in ("inner", "left", "right", "outer") or keywords["left_index"] or keywords["right_index"]
             or keywords["indicator"] or not left_on or len(left_on) != len(right_on)
-            or not (is_dataframe_like(left) and is_dataframe_like(right))):
+            or not (_form(left) == _form(right) == "frame")):
         return None
     left_names, right_names = internals.cudf_column_names(left), internals.cudf_column_names(right)
     if not (set(left_on) <= set(left_names) and set(right_on) <= set(right_names)) or any(
@@ -243,8 +246,8 @@ def _filtered(filter_):
     """A filter's meta: its frame's, where the predicate is a boolean series, of cuDF both. The rows go, the columns,
     dtypes and index stay; on cuDF's empty metas the boolean mask is kernels and Python, 2 to 3 ms a first time."""
     frame, predicate = filter_.frame._meta, filter_.predicate._meta
-    if _of_cudf(frame) and _of_cudf(predicate) and is_series_like(predicate) and predicate.dtype == bool and (
-            is_dataframe_like(frame) or is_series_like(frame)):
+    if _of_cudf(frame) and _of_cudf(predicate) and _form(predicate) == "series" and predicate.dtype == bool and (
+            _form(frame) in ("frame", "series")):
         return frame
     return None
 
@@ -266,9 +269,10 @@ def _on_empties(meta) -> bool:
     categories (whose stand-ins have categories of their own). Strings keep their inputs' dtype, as the operation
     on the partitions does, where the stand-ins have the default one. On cuDF, stand-ins are columns made on the
     device, and the operation runs kernels on them: 7 to 11 ms for a TPC-H merge's meta, about 3 on empty frames."""
-    if not _of_cudf(meta) or not (is_dataframe_like(meta) or is_series_like(meta)):
+    form = _form(meta)
+    if not _of_cudf(meta) or form not in ("frame", "series"):
         return False
-    dtypes = internals.cudf_dtypes(meta) if is_dataframe_like(meta) else (meta.dtype,)
+    dtypes = internals.cudf_dtypes(meta) if form == "frame" else (meta.dtype,)
     index = meta.index
     return not any(str(dtype) == "category" for dtype in (
         *dtypes, *(index.dtypes if index.nlevels > 1 else (index.dtype,))))
@@ -281,8 +285,24 @@ def keep_labels(cls) -> None:
         current = getattr(cls, attribute, None)
         if isinstance(current, property) and not getattr(current.fget, "by_kind", False):
             kind = functools.partial(_labels_kind, attribute)
-            kept = property(by_kind(current.fget, kind, _labels), current.fset, current.fdel, current.__doc__)
+            compute = _dtypes_from_columns(current.fget) if attribute == "dtypes" else current.fget
+            kept = property(by_kind(compute, kind, _labels), current.fset, current.fdel, current.__doc__)
             internals.replace_class_attribute(cls, attribute, kept)
+
+
+def _dtypes_from_columns(fget):
+    """cuDF's ``dtypes`` made of the frame's ``columns`` and its columns' dtypes in order: the same Series, without
+    pandas lining up a dict with those labels (a fifth of the time). In cuDF's pandas-compatible mode, cuDF's own,
+    which refuses some dtypes there."""
+
+    @functools.wraps(fget)
+    def dtypes(frame):
+        cudf = sys.modules.get("cudf")
+        if cudf is not None and cudf.get_option("mode.pandas_compatible"):
+            return fget(frame)
+        return pd.Series(list(internals.cudf_dtypes(frame)), index=frame.columns, dtype="object")
+
+    return dtypes
 
 
 def keep_column_lists(cls) -> None:
@@ -349,7 +369,7 @@ def expression_kind(expr) -> tuple:
     except NotImplementedError:  # an expression of no frame (a delayed object's): no kind
         raise TypeError(f"no kind for an operand of type {type(expr).__name__}") from None
     scalar = isinstance(meta, np.generic)  # a reduction's: it stands for its type, its value is a stand-in's
-    return _for_meta(_kinds, meta, lambda: (type(meta), meta.dtype) if scalar else meta_kind(meta))
+    return _for_meta(_kinds, meta, lambda: _Kind((type(meta), meta.dtype)) if scalar else meta_kind(meta))
 
 
 def _for_meta(cache: dict, meta, compute):
@@ -367,7 +387,24 @@ def _of_cudf(value) -> bool:
 
 
 def _frame_like(value) -> bool:
-    return is_dataframe_like(value) or is_series_like(value) or is_index_like(value)
+    return _form(value) is not None
+
+
+def _form(value) -> str | None:
+    """``"frame"``, ``"series"``, ``"index"`` or None, as dask's ``is_dataframe_like``, ``is_series_like`` and
+    ``is_index_like`` tell; for cuDF's and pandas' classes, asked once for each class: dask asks a frame for its
+    ``dtypes`` and ``columns``, which cuDF makes as pandas objects."""
+    cls = type(value)
+    found = _forms.get(cls, False)
+    if found is False:
+        found = ("frame" if is_dataframe_like(value) else "series" if is_series_like(value)
+                 else "index" if is_index_like(value) else None)
+        if cls.__module__.split(".")[0] in ("cudf", "pandas"):
+            _forms[cls] = found
+    return found
+
+
+_forms: dict = {}  # a cuDF or pandas class -> the form its objects take (:func:`_form`)
 
 
 def _operands_kind(attribute: str, expr) -> tuple:
@@ -384,7 +421,7 @@ def _scalar_of_series(expr) -> bool:
     of the same names, whose metas are series named as their input)."""
     cls = type(expr)
     return (cls.__name__ in SCALAR_OF_SERIES and cls.__module__ == internals.ApplyConcatApply.__module__
-            and is_series_like(expr.frame._meta))
+            and _form(expr.frame._meta) == "series")
 
 
 def _operand_kind(operand):
@@ -421,13 +458,25 @@ def _operand_kind(operand):
 def meta_kind(meta) -> tuple:
     """What an operation's meta takes from an input's meta: its type, its columns and dtypes or its name and
     dtype, and its index. TypeError for a scalar or an array."""
-    if is_dataframe_like(meta):
-        return signature(meta)
-    if is_series_like(meta):
-        return type(meta), (type(meta.name), meta.name), meta.dtype, index_kind(meta.index)
-    if is_index_like(meta):
-        return index_kind(meta)
+    form = _form(meta)
+    if form == "frame":
+        return _Kind(signature(meta))
+    if form == "series":
+        return _Kind((type(meta), (type(meta.name), meta.name), meta.dtype, index_kind(meta.index)))
+    if form == "index":
+        return _Kind(index_kind(meta))
     raise TypeError(f"no kind for a meta of type {type(meta).__name__}")
+
+
+class _Kind(tuple):
+    """A meta's kind, hashed once: kinds hold pandas' string dtypes, whose hash is Python, and the optimizer looks up
+    the kind of one meta object many times."""
+
+    def __hash__(self):
+        found = self.__dict__.get("hash")
+        if found is None:
+            found = self.__dict__["hash"] = tuple.__hash__(self)
+        return found
 
 
 def index_kind(index) -> tuple:

@@ -172,6 +172,7 @@ def _empty(read, columns, engine: str):
 
 _metas: dict = {}  # (the first file of a read, columns, engine) -> an empty frame of them
 _plans: dict = {}  # (files, columns, filters, target bytes, GPU workers) -> a read's partitions
+_kept_rows: dict = {}  # (files, filters) -> the row groups that may pass the filters, and the share of rows that do
 
 
 class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
@@ -217,10 +218,21 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         if key not in _plans:
             if len(_plans) >= footers.LIMIT:
                 _plans.clear()
-            groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
-            share = footers.selectivity(self._fs, groups, self.filters)
+            groups, share = self._kept_rows
             _plans[key] = plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
         return _plans[key]
+
+    @property
+    def _kept_rows(self) -> tuple:
+        """The row groups that may hold rows passing the filters, and the share of their rows that pass: made once
+        for each files and filters, whatever the columns read."""
+        key = self.operand("files"), self.filters
+        if key not in _kept_rows:
+            if len(_kept_rows) >= footers.LIMIT:
+                _kept_rows.clear()
+            groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
+            _kept_rows[key] = groups, footers.selectivity(self._fs, groups, self.filters)
+        return _kept_rows[key]
 
     def _divisions(self):
         return (None,) * (len(self._plan) + 1)
