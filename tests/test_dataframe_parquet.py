@@ -279,3 +279,14 @@ def test_a_plan_is_made_once_for_each_files_columns_filters_and_sizing(data, mon
         assert other.npartitions == 1
     assert [args[0] for args in made] == [["k", "g"], ["k"], ["k", "g"], ["k", "g"]]
     assert [args[2:4] for args in made][2:] == [(1_000_000, 1), (2_000_000, 2)]
+
+
+def test_a_kept_value_is_made_once_and_a_full_cache_starts_again(monkeypatch):
+    monkeypatch.setattr(footers, "LIMIT", 3)
+    cache, made = {}, []
+    assert footers.kept(cache, "a", lambda: made.append("a") or 1) == 1
+    assert footers.kept(cache, "a", lambda: made.append("again") or 2) == 1 and made == ["a"]
+    # a value whose making keeps another of its own (a projection's meta keeps the whole frame's first)
+    assert footers.kept(cache, "b", lambda: footers.kept(cache, "c", lambda: 3) + 1) == 4 and len(cache) == 3
+    assert footers.kept(cache, "d", lambda: 5) == 5 and cache == {"d": 5}
+    assert footers.kept(cache, "e", lambda: footers.kept(cache, "f", lambda: 6)) == 6 and len(cache) <= 3

@@ -61,14 +61,19 @@ class Footer:
     row_groups: tuple
 
 
+def kept(cache: dict, key, compute):
+    """``cache[key]``, made by ``compute()`` the first time; past :data:`LIMIT` keys, the cache starts again."""
+    if key not in cache:
+        found = compute()  # first: it may keep something of its own in the cache
+        if len(cache) >= LIMIT:
+            cache.clear()
+        cache[key] = found
+    return cache[key]
+
+
 def footer(fs, file: tuple) -> Footer:
     """The footer of ``file``, a (path, size, modification time) of ``fs``: read once for each version of it."""
-    found = _footers.get(file)
-    if found is None:
-        if len(_footers) >= LIMIT:
-            _footers.clear()
-        found = _footers[file] = _read_footer(fs, file[0])
-    return found
+    return kept(_footers, file, lambda: _read_footer(fs, file[0]))
 
 
 def _read_footer(fs, path: str) -> Footer:
@@ -137,11 +142,7 @@ def selectivity(fs, groups, filters) -> float:
         return 1.0
     picked = [groups[i * (len(groups) - 1) // max(SAMPLES - 1, 1)] for i in range(min(SAMPLES, len(groups)))]
     key = (tuple((g.path, g.index) for g in picked), filters)
-    if key not in _selectivity:
-        if len(_selectivity) >= LIMIT:
-            _selectivity.clear()
-        _selectivity[key] = _sampled(fs, picked, filters)
-    return _selectivity[key]
+    return kept(_selectivity, key, lambda: _sampled(fs, picked, filters))
 
 
 def _sampled(fs, picked, filters) -> float:

@@ -152,22 +152,18 @@ def _empty(read, columns, engine: str):
     from Arrow is cuDF's Python and kernels for each column; a selection is neither), and shared, as dask shares
     the metas it makes."""
     key = (read.operand("files")[0], tuple(columns) if columns is not None else None, engine)
-    found = _metas.get(key)
-    if found is None:
-        if columns is not None:
-            found = _empty(read, None, engine)[list(columns)]
-        else:
-            table = read._footers[0].schema.remove_metadata().empty_table()  # pandas' metadata: see readable()
-            if engine == "cudf":
-                import cudf
+    return footers.kept(_metas, key, lambda: _made_empty(read, columns, engine))
 
-                found = cudf.DataFrame.from_arrow(table)
-            else:
-                found = table.to_pandas()
-        if len(_metas) >= footers.LIMIT:
-            _metas.clear()
-        _metas[key] = found
-    return found
+
+def _made_empty(read, columns, engine: str):
+    if columns is not None:
+        return _empty(read, None, engine)[list(columns)]
+    table = read._footers[0].schema.remove_metadata().empty_table()  # pandas' metadata: see readable()
+    if engine == "cudf":
+        import cudf
+
+        return cudf.DataFrame.from_arrow(table)
+    return table.to_pandas()
 
 
 _metas: dict = {}  # (the first file of a read, columns, engine) -> an empty frame of them
@@ -215,24 +211,21 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
         """The partitions, made once for each files, columns, filters and sizing: the optimizer makes a read anew
         for each projection and filter it pushes in, and asks each for its partitions."""
         key = self.operand("files"), tuple(self.columns), self.filters, self.partition_bytes, self.gpus
-        if key not in _plans:
-            if len(_plans) >= footers.LIMIT:
-                _plans.clear()
-            groups, share = self._kept_rows
-            _plans[key] = plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
-        return _plans[key]
+        return footers.kept(_plans, key, self._planned)
+
+    def _planned(self) -> tuple:
+        groups, share = self._kept_rows
+        return plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
 
     @property
     def _kept_rows(self) -> tuple:
         """The row groups that may hold rows passing the filters, and the share of their rows that pass: made once
         for each files and filters, whatever the columns read."""
-        key = self.operand("files"), self.filters
-        if key not in _kept_rows:
-            if len(_kept_rows) >= footers.LIMIT:
-                _kept_rows.clear()
-            groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
-            _kept_rows[key] = groups, footers.selectivity(self._fs, groups, self.filters)
-        return _kept_rows[key]
+        return footers.kept(_kept_rows, (self.operand("files"), self.filters), self._rows_kept)
+
+    def _rows_kept(self) -> tuple:
+        groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
+        return groups, footers.selectivity(self._fs, groups, self.filters)
 
     def _divisions(self):
         return (None,) * (len(self._plan) + 1)
@@ -283,12 +276,7 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _with_filters(self, parent):
         """The filter's terms that the read can plan with, pushed into it; the filter stays above it (asked
         of each pair once: dask asks as it simplifies the filter, and as it would push projections through)."""
-        key = self._name, parent._name
-        if key not in _pushed:
-            if len(_pushed) >= footers.LIMIT:
-                _pushed.clear()
-            _pushed[key] = self._pushed_into(parent)
-        return _pushed[key]
+        return footers.kept(_pushed, (self._name, parent._name), lambda: self._pushed_into(parent))
 
     def _pushed_into(self, parent):
         found = conjunctions(parent.predicate, self)
