@@ -175,6 +175,30 @@ def test_a_series_reduced_to_a_scalar_is_one_kind_whatever_its_name_and_index(by
     assert len(reductions()) > len(kinds)
 
 
+@pytest.mark.parametrize("name", ["sum", "group-by", "group-by on two keys", "mean", "drop_duplicates"])
+def test_a_twin_that_computes_fused_shares_its_dask_class_s_kept_metas(by_kind, name):
+    """A collection's root is a twin of its dask class (it computes fused), and dask's optimizer makes more twins as
+    it rewrites one: each has the metas of its dask class."""
+    from dask_gpu.dataframe import collections
+
+    theirs = EXPRESSIONS[name](dd.from_pandas(typed(), npartitions=2)).expr
+    assert theirs._meta is not None  # computed, and kept
+    kept = len(meta._computed)
+    twin = collections.fusing(type(theirs))(*theirs.operands)
+    assert type(twin) is not type(theirs) and "_meta" not in vars(twin)
+    assert_same_meta(twin._meta, computed(theirs))
+    assert len(meta._computed) == kept
+
+
+def test_a_series_of_a_twin_reduced_to_a_scalar_is_one_kind_whatever_its_name():
+    from dask_gpu.dataframe import collections
+
+    df = dd.from_pandas(typed(), npartitions=2)
+    twin = collections.fusing(Sum)
+    assert meta._operands_kind("_meta", twin(df.x.expr)) == meta._operands_kind("_meta", twin(df.x.rename("y").expr))
+    assert meta._operands_kind("_meta", twin(df.x.expr)) == meta._operands_kind("_meta", df.x.sum().expr)
+
+
 def test_a_group_by_of_a_series_keeps_its_name_in_its_kind(by_kind):
     """dask's group-by reductions have classes named as the reductions of a series to a scalar (Sum, Max, ...), and
     their metas are series named as their input."""

@@ -191,6 +191,22 @@ def test_the_sample_tells_what_filters_keep(data):
     assert footers.selectivity(fs, groups, None) == 1.0
 
 
+def test_filters_on_the_same_columns_are_tried_on_rows_read_once(data, monkeypatch):
+    import fsspec
+
+    _, path = data
+    fs = fsspec.filesystem("file")
+    _, files = parquet.files_of(path)
+    groups = [g for file in files for g in footers.footer(fs, file).row_groups]
+    reads = []
+    first_rows = footers._first_rows
+    monkeypatch.setattr(footers, "_first_rows", lambda *args: reads.append(args[1]) or first_rows(*args))
+    monkeypatch.setattr(footers, "_samples", {})
+    low, high = (footers.selectivity(fs, groups, ((("x0", op, 0.25),),)) for op in ("<", ">="))
+    assert 0.2 < low < 0.3 and 0.7 < high < 0.8
+    assert len(reads) == min(footers.SAMPLES, len(groups)) == len({(g.path, g.index) for g in reads})  # spread, once
+
+
 def test_the_gpu_backend_reads_with_this_reader(simulate, pandas_reader, data):
     from distributed import Client
 

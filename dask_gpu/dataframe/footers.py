@@ -15,9 +15,11 @@ import operator
 LIMIT = 65_536  # footers kept; past it, they are read again
 SAMPLE_ROWS = 65_536  # rows of each sampled row group that a filter is tried on
 SAMPLES = 3  # row groups sampled, spread over those that may match
+SAMPLES_KEPT = 64  # sampled rows kept, each of a few row groups and columns; past it, they are read again
 
 _footers: dict = {}  # (path, size, modification time) -> Footer
 _selectivity: dict = {}  # (row groups' keys, filters) -> the share of rows that a filter keeps
+_samples: dict = {}  # (row groups' keys, columns) -> a table of those row groups' first rows of the columns
 
 # what a column of each physical type takes in memory a row; other types (strings, decimals) are measured
 _WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "INT96": 8, "DOUBLE": 8}
@@ -61,11 +63,12 @@ class Footer:
     row_groups: tuple
 
 
-def kept(cache: dict, key, compute):
-    """``cache[key]``, made by ``compute()`` the first time; past :data:`LIMIT` keys, the cache starts again."""
+def kept(cache: dict, key, compute, limit: int | None = None):
+    """``cache[key]``, made by ``compute()`` the first time; past ``limit`` keys (:data:`LIMIT` unless given), the
+    cache starts again."""
     if key not in cache:
         found = compute()  # first: it may keep something of its own in the cache
-        if len(cache) >= LIMIT:
+        if len(cache) >= (LIMIT if limit is None else limit):
             cache.clear()
         cache[key] = found
     return cache[key]
@@ -140,7 +143,8 @@ def selectivity(fs, groups, filters) -> float:
     row groups and the filters); 1.0 where there is no filter or it cannot be tried."""
     if not filters or not groups:
         return 1.0
-    picked = [groups[i * (len(groups) - 1) // max(SAMPLES - 1, 1)] for i in range(min(SAMPLES, len(groups)))]
+    count = min(SAMPLES, len(groups))
+    picked = [groups[i * (len(groups) - 1) // max(count - 1, 1)] for i in range(count)]
     key = (tuple((g.path, g.index) for g in picked), filters)
     return kept(_selectivity, key, lambda: _sampled(fs, picked, filters))
 
@@ -148,26 +152,36 @@ def selectivity(fs, groups, filters) -> float:
 def _sampled(fs, picked, filters) -> float:
     import pyarrow.parquet as pq
 
-    columns = sorted({term[0] for conjunction in filters for term in conjunction})
+    columns = tuple(sorted({term[0] for conjunction in filters for term in conjunction}))
     try:
         expression = pq.filters_to_expression([list(c) for c in filters])
-        with concurrent.futures.ThreadPoolExecutor(len(picked)) as pool:  # reading and filtering free the GIL
-            tried = list(pool.map(lambda group: _tried(fs, group, columns, expression), picked))
+        rows = _sample(fs, picked, columns)
+        kept_rows = rows.filter(expression).num_rows
     except (TypeError, ValueError, NotImplementedError):  # a filter pyarrow cannot try (its errors derive from these)
         return 1.0
-    kept, total = (sum(counts) for counts in zip(*tried))
-    return (kept + 1) / (total + 1) if total else 1.0
+    return (kept_rows + 1) / (rows.num_rows + 1) if rows.num_rows else 1.0
 
 
-def _tried(fs, group, columns, expression) -> tuple:
-    """The rows that ``expression`` keeps of ``group``'s first rows, and those rows."""
+def _sample(fs, picked, columns: tuple):
+    """A table of the first rows of ``columns`` in each of the ``picked`` row groups, read at once and kept: other
+    filters on the same columns (dates, mostly), of this query or the next, are tried on the rows read for the
+    first."""
+    import pyarrow as pa
+
+    def read():
+        with concurrent.futures.ThreadPoolExecutor(len(picked)) as pool:  # reading and decoding free the GIL
+            return pa.concat_tables(pool.map(lambda group: _first_rows(fs, group, columns), picked))
+
+    return kept(_samples, (tuple((g.path, g.index) for g in picked), columns), read, limit=SAMPLES_KEPT)
+
+
+def _first_rows(fs, group, columns: tuple):
+    """A table of ``group``'s first rows of ``columns``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     with fs.open(group.path, "rb") as f:  # the footer read already
-        batch = next(pq.ParquetFile(f, metadata=group.metadata).iter_batches(
-            SAMPLE_ROWS, row_groups=[group.index], columns=columns), None)
-    if batch is None:
-        return 0, 0
-    table = pa.Table.from_batches([batch])
-    return table.filter(expression).num_rows, table.num_rows
+        file = pq.ParquetFile(f, metadata=group.metadata)
+        batch = next(file.iter_batches(SAMPLE_ROWS, row_groups=[group.index], columns=list(columns)), None)
+        return file.schema_arrow.empty_table().select(list(columns)) if batch is None else pa.Table.from_batches(
+            [batch])

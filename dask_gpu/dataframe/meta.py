@@ -12,8 +12,9 @@ their inputs, not computed anew:
   frame's.
 - The metas of reductions and group-bys, and of their chunks. dask finds them by reducing non-empty stand-ins
   of their inputs, which with cuDF runs GPU kernels; the 22 queries ask for 140 of them, of 81 kinds. Each is a
-  function of the expression's type and its operands, the expressions among them through their metas alone, and
-  a series reduced to a scalar through its dtype alone. Operands with no kind here (a closure, an object of its
+  function of the expression's type (dask's, for a collection's root, a twin of it that computes fused) and its
+  operands, the expressions among them through their metas alone, and a series reduced to a scalar through its
+  dtype alone. Operands with no kind here (a closure, an object of its
   own type) leave the meta computed as dask does. Group-bys are computed on the empty metas of cuDF inputs.
 - The metas of blockwise expressions (selections, filters, arithmetic, new columns), kept the same way: each is
   one call on an empty frame, which with cuDF is its Python and, for some, kernels.
@@ -413,13 +414,20 @@ def _operands_kind(attribute: str, expr) -> tuple:
     kinds = [_operand_kind(operand) for operand in operands]
     if _scalar_of_series(expr):
         kinds[0] = "series", type(expr.frame._meta), expr.frame._meta.dtype  # the first of a reduction's operands
-    return type(expr), attribute, tuple(kinds)
+    return _dask_class(expr), attribute, tuple(kinds)
+
+
+def _dask_class(expr) -> type:
+    """``expr``'s class, or dask's where it is a twin of a dask class (a collection's root that computes fused,
+    :mod:`.collections`): the twins' metas are their dask class's."""
+    cls = type(expr)
+    return getattr(cls, "_dask_class", cls)
 
 
 def _scalar_of_series(expr) -> bool:
     """Whether ``expr`` is one of dask's :data:`SCALAR_OF_SERIES` reductions of a series (its group-bys have classes
     of the same names, whose metas are series named as their input)."""
-    cls = type(expr)
+    cls = _dask_class(expr)
     return (cls.__name__ in SCALAR_OF_SERIES and cls.__module__ == internals.ApplyConcatApply.__module__
             and _form(expr.frame._meta) == "series")
 
