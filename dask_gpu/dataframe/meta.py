@@ -14,8 +14,8 @@ their inputs, not computed anew:
   of their inputs, which with cuDF runs GPU kernels; the 22 queries ask for 140 of them, of 81 kinds. Each is a
   function of the expression's type (dask's, for a collection's root, a twin of it that computes fused) and its
   operands, the expressions among them through their metas alone, and a series reduced to a scalar through its
-  dtype alone. Operands with no kind here (a closure, an object of its
-  own type) leave the meta computed as dask does. Group-bys are computed on the empty metas of cuDF inputs.
+  dtype alone. Operands with no kind here (a closure, an object of its own type) leave the meta computed as dask
+  does. Group-bys are computed on the empty metas of cuDF inputs.
 - The metas of blockwise expressions (selections, filters, arithmetic, new columns), kept the same way: each is
   one call on an empty frame, which with cuDF is its Python and, for some, kernels.
 - A cuDF frame's ``dtypes`` and ``columns``. Each is a pandas object made anew at each call (a Series, about
