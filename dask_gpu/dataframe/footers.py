@@ -18,7 +18,6 @@ SAMPLES = 3  # row groups sampled, spread over those that may match
 SAMPLES_KEPT = 64  # sampled rows kept, each of a few row groups and columns; past it, they are read again
 
 _footers: dict = {}  # (path, size, modification time) -> Footer
-_selectivity: dict = {}  # (row groups' keys, filters) -> the share of rows that a filter keeps
 _samples: dict = {}  # (row groups' keys, columns) -> a table of those row groups' first rows of the columns
 
 # what a column of each physical type takes in memory a row; other types (strings, decimals) are measured
@@ -139,19 +138,15 @@ def _may_hold(group: RowGroup, term) -> bool:
 
 
 def selectivity(fs, groups, filters) -> float:
-    """The share of ``groups``' rows that ``filters`` keep, tried on the first rows of a few of them (kept by the
-    row groups and the filters); 1.0 where there is no filter or it cannot be tried."""
+    """The share of ``groups``' rows that ``filters`` keep, tried on the first rows of a few of them (read once for
+    each row groups and columns, :func:`_sample`); 1.0 where there is no filter or it cannot be tried. A read asks
+    once for each of its files and filters, and keeps the answer."""
     if not filters or not groups:
         return 1.0
-    count = min(SAMPLES, len(groups))
-    picked = [groups[i * (len(groups) - 1) // max(count - 1, 1)] for i in range(count)]
-    key = (tuple((g.path, g.index) for g in picked), filters)
-    return kept(_selectivity, key, lambda: _sampled(fs, picked, filters))
-
-
-def _sampled(fs, picked, filters) -> float:
     import pyarrow.parquet as pq
 
+    count = min(SAMPLES, len(groups))
+    picked = [groups[i * (len(groups) - 1) // max(count - 1, 1)] for i in range(count)]
     columns = tuple(sorted({term[0] for conjunction in filters for term in conjunction}))
     try:
         expression = pq.filters_to_expression([list(c) for c in filters])
