@@ -308,6 +308,12 @@ def cudf_column_labels(frame) -> tuple:
     return labels.multiindex, tuple(labels.level_names), labels.rangeindex, labels.label_dtype
 
 
+def cudf_columns_by_label(frame, labels: list):
+    """``frame[labels]`` of a cuDF frame, for a list of its columns' names, without the pandas Series of the
+    labels that cuDF makes first."""
+    return frame._get_columns_by_label(labels)
+
+
 def cudf_column(frame, name):
     """A cuDF frame's data column ``name``."""
     return frame._data[name]

@@ -1,6 +1,7 @@
 """``dask gpu bench --suite tpch``: DuckDB's data and answers, the 22 queries on pandas partitions and Polars, the
 table, JSON and plot (CPU only)."""
 
+import dataclasses
 import json
 import os
 import re
@@ -178,10 +179,26 @@ def test_a_failing_query_is_a_result(tables, monkeypatch):
     broken[6] = lambda t: t.read("lineitem").no_such_column.sum()
     monkeypatch.setattr(dask_queries, "QUERIES", broken)
     plan = suite.plan("small", SCALE, tables, ["q6", "q14"], engines="duckdb,pandas")
-    result = suite.run(plan)
+    result = suite.run(dataclasses.replace(plan, isolated=False))  # the broken query is this process's
     rows = {(r["workload"], r["architecture"].split(",")[0]): r for r in result["runs"]}
     assert "no_such_column" in rows["q6", "pandas"]["error"] and rows["q14", "pandas"]["correct"]
     assert rows["q6", "DuckDB"]["correct"]
+
+
+def test_a_column_runs_in_a_process_of_its_own_and_an_engine_that_fails_there_is_an_error_here(tables, answers,
+                                                                                              tmp_path):
+    plan = suite.plan("small", SCALE, tables, ["q6"], engines="duckdb")
+    statuses = []
+    with suite._own_process("duckdb", 1, plan) as column:
+        process = column.process
+        assert process.pid != os.getpid() and process.is_alive()
+        row = column.measure("q6", statuses.append)
+    assert not process.is_alive() and process.exitcode == 0
+    assert data.same(row["answer"], answers[6]) is None and 0 < row["seconds"] <= row["first_seconds"] * 10
+    assert statuses == ["first run", "run 1 of 1"]
+    empty = dataclasses.replace(plan, path=str(tmp_path))  # no tables there: DuckDB's views fail as it starts
+    with pytest.raises(RuntimeError, match="lineitem"), suite._own_process("duckdb", 1, empty):
+        pass
 
 
 def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answers):

@@ -670,6 +670,42 @@ def test_a_filter_of_cudf_frames_by_a_boolean_series_has_its_frame_s_meta_and_ot
     assert filtered(pd.DataFrame(frame), pd.Series(mask)) is None  # pandas: dask's
 
 
+def test_a_cudf_selection_of_columns_takes_them_from_its_frame_and_other_selections_are_dask_s(monkeypatch):
+    """Stand-in cuDF types (pandas' under cuDF's module), for the rule alone, through the adapter."""
+    frame_type = type("DataFrame", (pd.DataFrame,), {"__module__": "cudf.core.dataframe"})
+    monkeypatch.setattr(internals, "cudf_column_names", lambda frame: tuple(frame.columns))
+    taken = []
+    monkeypatch.setattr(internals, "cudf_columns_by_label", lambda frame, labels: taken.append(labels) or frame[labels])
+    frame = frame_type({"a": pd.Series([], dtype="int64"), "s": pd.Series([], dtype="str"), "x": [], "y": []})
+
+    def projected(on, labels):
+        return meta._projected(types.SimpleNamespace(frame=types.SimpleNamespace(_meta=on),
+                                                     operand=lambda name: labels))
+
+    got = projected(frame, ["x", "a"])
+    assert list(got.columns) == ["x", "a"] and taken == [["x", "a"]]
+    for labels in ("a", [], ["a", "a"], ["a", "missing"], [0], slice(None)):  # a series, repeats, or errors: dask's
+        assert projected(frame, labels) is None, labels
+    assert projected(pd.DataFrame(frame), ["a"]) is None  # pandas: dask's
+    assert projected(frame_type(frame.set_axis(["a", "a", "x", "y"], axis=1)), ["x"]) is None  # repeated names
+    assert taken == [["x", "a"]]
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+@pytest.mark.parametrize("labels", [["x"], ["t", "k", "g"], ["n", "x", "t", "g", "k"]])
+def test_a_cudf_selection_of_columns_has_the_meta_cudf_computes(by_kind, labels):
+    import cudf
+
+    frame = dd.from_pandas(cudf.from_pandas(typed()), npartitions=2)
+    for source in (frame, frame.set_index("k", sort=False)):
+        labels = [label for label in labels if label in source.columns]
+        node = source[labels].expr
+        got, want = meta._projected(node), computed(node)
+        assert type(got) is type(want) and list(got.columns) == labels
+        pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
+
+
 FILTERS = {
     "frame": lambda df: df[df.n > 1],
     "series": lambda df: df.x[df.g == "a"],

@@ -282,7 +282,10 @@ def scaling(runs: list[dict], columns: dict) -> list[dict]:
 
 def worker_startup(context) -> dict:
     """What a column's GPU workers did as they started, beside one another: the seconds the slowest took to get
-    ready (dask.array, CuPy and the CUDA context, and cuDF where its partitions are asked for)."""
+    ready (dask.array, CuPy and the CUDA context, and cuDF where its partitions are asked for); a column in a
+    process of its own says so itself (``startup``)."""
+    if isinstance(getattr(context, "startup", None), dict):
+        return context.startup
     client = getattr(context, "client", None)
     if client is None:
         return {}

@@ -253,9 +253,23 @@ def _filtered(filter_):
     return None
 
 
+def _projected(projection):
+    """A selection of columns' meta: its frame's columns of those labels, as they are, where the frame is cuDF's and
+    the labels are some of its columns' names, each once. cuDF's ``frame[labels]`` makes a pandas Series of the
+    labels first: five times the time."""
+    frame, labels = projection.frame._meta, projection.operand("columns")
+    if not (_of_cudf(frame) and _form(frame) == "frame" and isinstance(labels, list) and labels
+            and all(isinstance(label, str) for label in labels)):
+        return None
+    names = internals.cudf_column_names(frame)
+    if len(set(labels)) < len(labels) or not set(labels) <= set(names) or len(set(names)) < len(names):
+        return None  # dask's, which raises or repeats
+    return internals.cudf_columns_by_label(frame, labels)
+
+
 # dask's class name -> its meta computed without dask's stand-ins (on empty inputs, or from their columns), where
 # it can be
-ON_EMPTIES = {"Isin": _isin_empties, "Filter": _filtered}
+ON_EMPTIES = {"Isin": _isin_empties, "Filter": _filtered, "Projection": _projected}
 
 
 def _without_stand_ins(expr):

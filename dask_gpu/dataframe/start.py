@@ -57,7 +57,8 @@ def warm(directory: str) -> float:
             os.remove(path)
     kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
                  | frame.s.str.startswith("a") | (frame.t <= np.datetime64("1970-01-01T00:10", "us"))]
-    kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's reductions
+    kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's kernels, of its dtype:
+                       ratio=kept.x / (kept.x + 2.0),  # integers, then floats
                        z=kept.x.where(kept.s == "bb", 0.0), head=kept.s.str.slice(0, 1))
     groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count", "min"], "y": "max", "t": "max"})
     groups.columns = ["sum", "mean", "count", "min", "max", "last"]

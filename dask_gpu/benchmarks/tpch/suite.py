@@ -3,8 +3,9 @@
 Columns, in one run: DuckDB and Polars on every core, pandas partitions on a ``LocalCluster`` of every core,
 dask-gpu on 1..N GPUs, and, where they are installed, dask-cuda and cudf-polars on the GPU. Each query reads its
 tables from the parquet files (:mod:`.data`) every time it runs; its clock runs from the call that builds it to
-the answer in this process. Each query runs once on a fresh engine (``first_seconds``), then ``repeat`` times
-(the best is ``seconds``). dask-gpu's columns also record where a query's time goes in one more run (``phases``):
+the answer in the column's process. Each column runs in a fresh process of its own, so that no engine's imports,
+threads and caches reach another's first runs. Each query runs once on a fresh engine (``first_seconds``), then
+``repeat`` times (the best is ``seconds``). dask-gpu's columns also record where a query's time goes in one more run (``phases``):
 building the collection, optimizing it, the graph's tasks, and the computation on the cluster; that run computes
 the collection optimized first (``optimize()``, then compute), and its answer is checked too.
 """
@@ -12,6 +13,7 @@ the collection optimized first (``optimize()``, then compute), and its answer is
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import tempfile
 import time
@@ -43,6 +45,7 @@ class Plan(common.Plan):
     scale: float
     path: str
     layout: str = "suite"
+    isolated: bool = True  # each column in a process of its own
     references: ClassVar[int] = 1
 
 
@@ -128,7 +131,7 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> di
               "notes": list(plan.notes)}
 
     def measure(engine, name, count):
-        row = _measure(engine, name, plan.repeat, status)
+        row = engine.measure(name, status)
         for key, answer in (("correct", row.pop("answer", None)), ("optimized_correct", row.pop("optimized", None))):
             if answer is not None:
                 why = data.same(answer, answers[name])
@@ -142,8 +145,112 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> di
         if checkpoint:
             checkpoint(result)
 
+    opened = _own_process if plan.isolated else _here
     return run_columns(result, list(plan.columns), list(plan.workloads),
-                       lambda kind, count: _column(kind, count, plan), measure, progress, keep)
+                       lambda kind, count: opened(kind, count, plan), measure, progress, keep)
+
+
+@contextmanager
+def _here(kind, count, plan):
+    """One column's engine in this process."""
+    with _column(kind, count, plan) as engine:
+        yield _Here(engine, plan.repeat)
+
+
+@dataclasses.dataclass
+class _Here:
+    engine: object
+    repeat: int
+
+    @property
+    def client(self):  # what run_columns asks of a column's GPU workers
+        return getattr(self.engine, "client", None)
+
+    def measure(self, name, status=None) -> dict:
+        return _measure(self.engine, name, self.repeat, status)
+
+
+@contextmanager
+def _own_process(kind, count, plan):
+    """One column's engine in a fresh process of its own (spawned, with this process's dask settings), started once
+    for the 22 queries: cudf-polars does not find the cuDF that dask-gpu's client loaded, nor does dask-gpu meet
+    what DuckDB and Polars left. A query that outlives its timeout, or a process that dies, ends the column in
+    errors."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_serve, args=(theirs, kind, count, plan, dask.config.config),
+                              name=f"dask-gpu-bench-{kind}")
+    process.start()
+    theirs.close()
+    column = _There(ours, process, plan.timeout * (plan.repeat + 2) + 120)
+    try:
+        column.ready()
+        yield column
+    finally:
+        column.close()
+
+
+def _serve(connection, kind, count, plan, config) -> None:
+    """A column's process: opens its engine, says how its workers started, then measures each query it is sent
+    until it is sent None."""
+    dask.config.update(dask.config.config, config, priority="new")
+    try:
+        began = time.perf_counter()
+        with _here(kind, count, plan) as column:
+            connection.send(("ready", {"seconds": time.perf_counter() - began, **common.worker_startup(column)}))
+            while (name := connection.recv()) is not None:
+                row = column.measure(name, lambda text: connection.send(("status", text)))
+                connection.send(("row", row))
+    except Exception as e:  # the parent reports it, as it reports an engine that fails in its own process
+        connection.send(("error", error_text(e)))
+    finally:
+        connection.close()
+
+
+class _There:
+    """The parent's side of a column in a process of its own."""
+
+    def __init__(self, connection, process, limit: float):
+        self.connection, self.process, self.limit = connection, process, limit
+        self.startup: dict = {}
+
+    def _answer(self, status=None):
+        while True:
+            if not self.connection.poll(self.limit):
+                raise TimeoutError(f"no answer after {self.limit:g} s")
+            try:
+                what, value = self.connection.recv()
+            except EOFError:
+                raise RuntimeError(f"the column's process ended (exit code {self.process.exitcode})") from None
+            if what == "error":
+                raise RuntimeError(value)
+            if what != "status":
+                return value
+            if status:
+                status(value)
+
+    def ready(self) -> None:
+        self.startup = self._answer()
+
+    def measure(self, name, status=None) -> dict:
+        try:
+            self.connection.send(name)
+            return self._answer(status)
+        except (OSError, RuntimeError, TimeoutError) as e:
+            self.process.kill()
+            return {"error": error_text(e)}
+
+    def close(self) -> None:
+        try:
+            if self.process.is_alive():
+                self.connection.send(None)
+        except OSError:
+            pass
+        self.process.join(60)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
 
 
 def _measure(engine, name, repeat, status=None) -> dict:
