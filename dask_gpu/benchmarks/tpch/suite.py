@@ -5,9 +5,9 @@ dask-gpu on 1..N GPUs, and, where they are installed, dask-cuda and cudf-polars 
 tables from the parquet files (:mod:`.data`) every time it runs; its clock runs from the call that builds it to
 the answer in the column's process. Each column runs in a fresh process of its own, so that no engine's imports,
 threads and caches reach another's first runs. Each query runs once on a fresh engine (``first_seconds``), then
-``repeat`` times (the best is ``seconds``). dask-gpu's columns also record where a query's time goes in one more run (``phases``):
-building the collection, optimizing it, the graph's tasks, and the computation on the cluster; that run computes
-the collection optimized first (``optimize()``, then compute), and its answer is checked too.
+``repeat`` times (the best is ``seconds``). dask-gpu's columns also record where a query's time goes in one more
+run (``phases``): building the collection, optimizing it, the graph's tasks, and the computation on the cluster;
+that run computes the collection optimized first (``optimize()``, then compute), and its answer is checked too.
 """
 
 from __future__ import annotations
