@@ -321,6 +321,8 @@ class _Polars:
 
         self.path, self.scale, self.queries = plan.path, plan.scale, polars_queries.QUERIES
         self.engine = pl.GPUEngine(raise_on_fail=True) if gpu else "auto"
+        if gpu:  # its start, as a GPU cluster's is: cuDF imported, the device's context and memory made
+            pl.LazyFrame({"a": [1]}).select(pl.col("a").sum()).collect(engine=self.engine)
 
     def scan(self, table):
         import polars as pl
