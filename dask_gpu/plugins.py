@@ -77,7 +77,8 @@ class GPUWorker(WorkerPlugin):
         describe = getattr(worker.data, "describe", lambda: "no device tier (device_memory_limit=0)")
         if self.allocator.lazy:
             when_imported("cupy", lambda _: setup_allocator(self.allocator, spill, describe))
-            when_imported("rmm", lambda _: setup_rmm_for_libraries(self.allocator, spill))
+            ipc = worker.address.startswith("ucx")  # ucx:// and ucxx://: CUDA IPC over NVLink
+            when_imported("rmm", lambda _: setup_rmm_for_libraries(self.allocator, spill, ipc))
         else:
             setup_allocator(self.allocator, spill, describe)
 

@@ -534,6 +534,32 @@ def test_setup_rmm_managed_without_pool(fake_rmm):
     assert chain(fake_rmm.current) == ["FailureCallbackResourceAdaptor", "ManagedMemoryResource"]
 
 
+@pytest.mark.parametrize("allocator, ipc, resources", [
+    ("pool", False, ["CudaAsyncMemoryResource"]),
+    ("async", True, ["PoolMemoryResource", "CudaMemoryResource"]),  # UCX maps cudaMalloc's memory, not async's
+    ("managed", True, ["ManagedMemoryResource"]),
+])
+def test_rmm_for_cudf_beside_cupy_s_own_allocator(fake_rmm, allocator, ipc, resources):
+    allocator_module.setup_rmm_for_libraries(resolve_allocator(allocator, device_memory=DEVICE), lambda n: 0, ipc)
+    assert chain(fake_rmm.current) == ["FailureCallbackResourceAdaptor", *resources]
+    base = fake_rmm.current.args[0]
+    if resources[0] == "PoolMemoryResource":  # a sixteenth of the device to start with; it doubles from there
+        assert base.kwargs == {"initial_pool_size": DEVICE // 16} and "maximum_pool_size" not in base.kwargs
+    elif resources[0] == "CudaAsyncMemoryResource":
+        assert base.kwargs == {"release_threshold": DEVICE}
+
+
+@pytest.mark.parametrize("address, base", [("ucxx://10.0.0.1:4321", "PoolMemoryResource"),
+                                           ("ucx://10.0.0.1:4321", "PoolMemoryResource"),
+                                           ("tcp://10.0.0.1:4321", "CudaAsyncMemoryResource")])
+def test_a_worker_that_talks_ucx_gives_cudf_memory_that_ucx_maps(fake_rmm, address, base):
+    from dask_gpu.plugins import GPUWorker
+
+    plugin = GPUWorker({"index": 0}, 0, allocator=resolve_allocator("pool", device_memory=DEVICE))
+    plugin._prepare_allocator(types.SimpleNamespace(address=address, data=object()))  # RMM is imported: now
+    assert chain(fake_rmm.current)[1] == base and isinstance(fake_rmm.cupy.allocator, SpillingAllocator)
+
+
 def test_setup_rmm_routes_torch(fake_rmm):
     options = resolve_allocator("rmm", device_memory=DEVICE)
     setup_allocator(options, spill=lambda n: 0, describe=str)
