@@ -367,9 +367,8 @@ def setup_rmm_for_libraries(options: AllocatorOptions, spill: Callable[[int], in
     if options.allocator == "managed":
         mr = rmm.mr.ManagedMemoryResource()
     elif ipc:
-        initial = options.device_memory // IPC_POOL_SHARE
-        mr = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(),
-                                       initial_pool_size=initial - initial % _ALIGNMENT or None)
+        initial = _size(1 / IPC_POOL_SHARE, "the first pool", options.device_memory)
+        mr = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=initial or None)
     else:
         mr = rmm.mr.CudaAsyncMemoryResource(release_threshold=options.device_memory or None)
     rmm.mr.set_current_device_resource(rmm.mr.FailureCallbackResourceAdaptor(mr, _retry_after_spilling(spill)))
