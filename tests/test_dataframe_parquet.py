@@ -81,6 +81,23 @@ def test_more_than_one_partition_is_a_multiple_of_the_gpus(data):
     assert read(path, target=50_000_000, gpus=3).npartitions == 1  # a small table stays whole: broadcast
 
 
+def test_a_read_of_more_than_the_target_is_spread_over_the_gpus(data):
+    """What one partition would keep, read from more than the target, is read by each GPU in part: one GPU reading
+    it all would leave the others waiting. A read of less stays one partition; a target of 0 is one partition."""
+    df, path = data
+    for gpus, partitions in ((1, 1), (3, 3)):
+        full = read(path, target=2_000_000, gpus=gpus)
+        few = full[full.x0 < 0.05]  # 5% of 7.7 MB read
+        (one,) = reads(few)
+        assert one.npartitions == partitions
+        assert few.x1.sum().compute() == pytest.approx(df[df.x0 < 0.05].x1.sum())
+    assert read(path, target=2_000_000, gpus=3, columns=["x0"]).npartitions == 1  # 1 MB read
+    groups = [footers.RowGroup("f", i, 100, {"x": 1_000}) for i in range(12)]
+    assert len(parquet.plan(groups, ["x"], None, 5_000, 4, 0.01)) == 4
+    assert len(parquet.plan(groups, ["x"], None, 5_000, 1, 0.01)) == 1
+    assert parquet.plan(groups, ["x"], None, 0, 4, 1.0) == ((("f", tuple(range(12))),),)
+
+
 def test_the_plan_is_the_same_for_every_layout_of_the_same_data(data, tmp_path):
     df, _ = data
     layouts = {"small files": write(df, tmp_path / "small", files=24, row_group=5_000),

@@ -46,6 +46,78 @@ def test_a_join_of_two_large_sides_is_dask_s(planned_pandas, frames):
         assert len(joined) == len(big.merge(big, on="k"))
 
 
+@pytest.fixture
+def files(tmp_path):
+    """A large table and a small one as parquet files, of 8 and 4 row groups."""
+    rng = np.random.default_rng(1)
+    big = pd.DataFrame({"k": rng.integers(0, 4000, 80_000), "x": rng.random(80_000), "g": rng.integers(0, 7, 80_000)})
+    small = pd.DataFrame({"k": np.arange(4000), "y": rng.random(4000), "z": rng.random(4000)})
+    for name, frame in (("big", big), ("small", small)):
+        frame.to_parquet(tmp_path / f"{name}.parquet", row_group_size=len(frame) // (8 if name == "big" else 4))
+    return big, small, str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")
+
+
+def read(path, target, gpus=4, columns=None):
+    from dask_gpu.dataframe import parquet
+
+    return parquet.read_parquet(path, columns, engine="pandas", partition_bytes=target, gpus=gpus)
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_small_side_is_read_whole_where_each_partition_of_the_other_is(planned_pandas, files, how):
+    """Both sides in several partitions, one keeping at most a partition's target: each task of the other side reads
+    it whole, which no shuffle or transfer precedes; its output is partitioned as the large side was."""
+    big, small, big_path, small_path = files
+    large = read(big_path, 400_000)
+    few = read(small_path, 60_000)
+    few = few[few.y < 0.5]  # reads 96 KB, keeps half of it
+    assert large.npartitions == 8 and few.npartitions == 4
+    joined = large.merge(few, on="k", how=how).simplify()  # the filter in the read
+    assert isinstance(joined.expr, planner.PlannedMerge) and joined.expr._read_whole == "right"
+    assert joined.npartitions == 8 and not joined.expr.unique_partition_mapping_columns_from_shuffle
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        assert "BlockwiseMerge" in kinds(joined) and not kinds(joined) & {"HashJoinP2P", "TaskShuffle", "Shuffle"}
+        sums = joined.groupby("k").x.sum()
+        assert kinds(sums) & {"TaskShuffle", "TreeReduce"}  # the join's output is not partitioned by its key
+        got = sums.compute()
+    want = big.merge(small[small.y < 0.5], on="k", how=how).groupby("k").x.sum()
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+
+
+def test_a_side_read_whole_passes_on_no_partitioning_of_its_own(planned_pandas, files):
+    """A side that dask would shuffle by ``y`` (a hash join, as the user asked), read whole: the output's
+    partitions are the other side's, not partitioned by ``y``."""
+    big, small, big_path, small_path = files
+    few = read(small_path, 60_000)
+    few = few[few.y < 0.5]
+    side = few[["k", "y"]].merge(few[["y", "z"]], on="y", broadcast=False).simplify()
+    assert side.expr.unique_partition_mapping_columns_from_shuffle == {"y"}
+    joined = read(big_path, 400_000).merge(side, on="k").simplify()
+    assert joined.expr._read_whole == "right" and not joined.expr.unique_partition_mapping_columns_from_shuffle
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        got = joined.groupby("y").x.sum().compute()
+    few_pd = small[small.y < 0.5]
+    want = big.merge(few_pd[["k", "y"]].merge(few_pd[["y", "z"]], on="y"), on="k").groupby("y").x.sum()
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+
+
+def test_a_side_that_is_large_or_not_of_reads_keeps_dask_s_join(planned_pandas, files):
+    big, small, big_path, small_path = files
+    large = read(big_path, 400_000)
+    for other in (read(small_path, 24_000),  # keeps 4 times its target
+                  dd.from_pandas(small, npartitions=4)):  # not of reads
+        joined = large.merge(other, on="k").simplify()
+        assert joined.expr._read_whole is None
+        with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+            assert "TaskShuffle" in kinds(joined)
+            assert len(joined) == len(big.merge(small, on="k"))
+    few = read(small_path, 60_000)
+    few = few[few.y < 0.5]
+    for left, right, how, whole in ((large, few, "outer", None), (large, few, "right", None),
+                                    (few, large, "right", "left")):
+        assert left.merge(right, on="k", how=how).simplify().expr._read_whole == whole
+
+
 def test_a_small_sort_is_made_in_one_partition_without_a_pass_for_its_divisions(planned_pandas, frames):
     big, _ = frames
     df = dd.from_pandas(big, npartitions=planner.SORT_PARTITIONS)

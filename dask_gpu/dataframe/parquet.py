@@ -9,7 +9,10 @@ The plan, made on the client from footers kept by :mod:`.footers`:
 - what the filters keep, tried on a sample of those row groups;
 - partitions of about the target bytes of what is kept, and of at most :data:`READ_FACTOR` times that read:
   a small table, or a large one filtered to little, is one partition, which dask then joins by broadcasting it,
-  reduces without a shuffle, and sorts where it is. More than one partition are a multiple of the GPU workers.
+  reduces without a shuffle, and sorts where it is. More than one partition are a multiple of the GPU workers;
+- a read of more than the target is spread over the GPU workers, a partition or more each, however little it
+  keeps: one GPU reading it all would leave the others waiting. A join reads a small side whole where each
+  partition of the other side is (:mod:`.planner`): a target of 0 plans one partition.
 
 Files with an index stored as columns, hive-partitioned directories and other readers' options are read by
 dask-cudf's reader instead (:func:`readable` says which).
@@ -86,10 +89,14 @@ def candidates(groups, filters) -> list:
 def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tuple:
     """The partitions of reading ``columns`` of ``wanted`` (row groups, in order, as :func:`candidates` picks them)
     under ``filters``, which keep ``share`` of the rows: each a tuple of ``(path, row group indices)``, contiguous
-    runs of the row groups."""
+    runs of the row groups; one partition of all of them where the ``target`` is 0."""
+    if not target:
+        return (_pieces(wanted),)
     read = set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
     weights = [max(g.nbytes(columns) * share, g.nbytes(read) / READ_FACTOR) for g in wanted]
     count = max(1, round(sum(weights) / target))  # the nearest: partitions of 0.75 to 1.5 times the target
+    if gpus > 1 and sum(g.nbytes(read) for g in wanted) > target:
+        count = max(count, gpus)
     if count > 1:
         count = math.ceil(count / gpus) * gpus
     count = max(1, min(count, len(wanted)))
@@ -119,6 +126,37 @@ def _pieces(run) -> tuple:
         else:
             pieces.append((group.path, [group.index]))
     return tuple((path, tuple(indices)) for path, indices in pieces)
+
+
+def kept_whole(expr) -> bool:
+    """Whether ``expr`` is made of reads of this module and what acts on each of their partitions (joins
+    included), and keeps at most their target: read whole (:func:`whole`), it is one partition of about a
+    partition's size."""
+    reads = _reads(expr)
+    return bool(reads) and kept_bytes(expr) <= min(read.partition_bytes for read in reads)
+
+
+def kept_bytes(expr) -> float:
+    """About the bytes that the reads of ``expr`` keep (0 where it is not made of reads)."""
+    return sum(read.kept_bytes for read in _reads(expr))
+
+
+def whole(expr):
+    """``expr`` with each of its reads in one partition."""
+    for read in _reads(expr):
+        expr = expr.substitute(read, read.substitute_parameters({"partition_bytes": 0}))
+    return expr
+
+
+def _reads(expr) -> list:
+    """The reads of ``expr``, where it is made of them and of what acts on each partition; else none."""
+    reads = {}
+    for node in expr.walk():
+        if isinstance(node, ReadParquet) and not internals.partitions_filtered(node):
+            reads[node._name] = node
+        elif not node.dependencies() or not isinstance(node, (internals.Blockwise, internals.Merge)):
+            return []
+    return list(reads.values())
 
 
 def read_pieces(pieces, columns, engine: str, storage_options=None, keep=None):
@@ -226,6 +264,13 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _rows_kept(self) -> tuple:
         groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
         return groups, footers.selectivity(self._fs, groups, self.filters)
+
+    @property
+    def kept_bytes(self) -> float:
+        """About the bytes of what this read keeps: its columns of the row groups that may pass its filters, times
+        the share of their rows that do."""
+        groups, share = self._kept_rows
+        return sum(g.nbytes(self.columns) for g in groups) * share
 
     def _divisions(self):
         return (None,) * (len(self._plan) + 1)

@@ -159,28 +159,46 @@ class AggregatedPartition(internals.Blockwise):
 
 
 class PlannedMerge(internals.Merge):
-    """A join whose broadcast side is one partition."""
+    """A join whose broadcast side is one partition: read whole where each partition of the other side is, where
+    it is small and made of reads; else gathered into one."""
+
+    @functools.cached_property
+    def _read_whole(self) -> str | None:
+        """The side ("left" or "right") read whole in each task of the other, where both have several partitions
+        and it keeps at most a partition's target of its reads: no shuffle of either side, and no transfer."""
+        if internals.is_single_partition_broadcast(self) or self.broadcast is False:
+            return None
+        small = [side for side in ("right", "left") if self.how in BROADCAST_HOWS[side]
+                 and parquet.kept_whole(getattr(self, side))]
+        return min(small, key=lambda side: parquet.kept_bytes(getattr(self, side)), default=None)
 
     @functools.cached_property
     def _concatenated(self) -> str | None:
         """The side made one partition to be broadcast ("left" or "right"), where dask would broadcast one of
         several partitions."""
-        if internals.is_single_partition_broadcast(self) or not super().is_broadcast_join:
+        if self._read_whole or internals.is_single_partition_broadcast(self) or not super().is_broadcast_join:
             return None
         return self.broadcast_side
 
     @property
     def is_broadcast_join(self) -> bool:
-        return False if self._concatenated else super().is_broadcast_join
+        return False if self._concatenated or self._read_whole else super().is_broadcast_join
 
     @functools.cached_property
     def unique_partition_mapping_columns_from_shuffle(self) -> set:
-        if self._concatenated:  # each partition of the other side, joined with the whole of this one
-            return {*self.left.unique_partition_mapping_columns_from_shuffle,
-                    *self.right.unique_partition_mapping_columns_from_shuffle}
+        """Where one side is made one partition, the other side's: each of its partitions is joined with all of
+        the one, whose rows are then in every partition."""
+        one = self._read_whole or self._concatenated
+        if one:
+            kept = self.right if one == "left" else self.left
+            return set(kept.unique_partition_mapping_columns_from_shuffle)
         return super().unique_partition_mapping_columns_from_shuffle
 
     def _lower(self):
+        if self._read_whole:
+            sides = {"left": self.left, "right": self.right}
+            sides[self._read_whole] = parquet.whole(sides[self._read_whole])
+            return internals.Merge(sides["left"], sides["right"], *self.operands[2:])
         side = self._concatenated
         if side is None:
             return super()._lower()
@@ -190,6 +208,9 @@ class PlannedMerge(internals.Merge):
         else:
             right = internals.Repartition(right, new_partitions=1)
         return internals.Merge(left, right, *self.operands[2:])
+
+
+BROADCAST_HOWS = {"left": ("inner", "right"), "right": ("inner", "left", "leftsemi")}  # side -> joins it may be in
 
 
 class PlannedSort(internals.SortValues):
