@@ -56,6 +56,7 @@ _LAZY = {
     "is_filter_pushdown_available": ("dask.dataframe.dask_expr._expr", "is_filter_pushdown_available"),
     "determine_column_projection": ("dask.dataframe.dask_expr._expr", "determine_column_projection"),
     "Merge": ("dask.dataframe.dask_expr._merge", "Merge"),
+    "BlockwiseMerge": ("dask.dataframe.dask_expr._merge", "BlockwiseMerge"),
     "ApplyConcatApply": ("dask.dataframe.dask_expr._reductions", "ApplyConcatApply"),
     "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
     "GroupByChunk": ("dask.dataframe.dask_expr._groupby", "GroupByChunk"),

@@ -83,7 +83,7 @@ def test_more_than_one_partition_is_a_multiple_of_the_gpus(data):
 
 def test_a_read_of_more_than_the_target_is_spread_over_the_gpus(data):
     """What one partition would keep, read from more than the target, is read by each GPU in part: one GPU reading
-    it all would leave the others waiting. A read of less stays one partition; a target of 0 is one partition."""
+    it all would leave the others waiting. A read of less stays one partition."""
     df, path = data
     for gpus, partitions in ((1, 1), (3, 3)):
         full = read(path, target=2_000_000, gpus=gpus)
@@ -95,7 +95,18 @@ def test_a_read_of_more_than_the_target_is_spread_over_the_gpus(data):
     groups = [footers.RowGroup("f", i, 100, {"x": 1_000}) for i in range(12)]
     assert len(parquet.plan(groups, ["x"], None, 5_000, 4, 0.01)) == 4
     assert len(parquet.plan(groups, ["x"], None, 5_000, 1, 0.01)) == 1
-    assert parquet.plan(groups, ["x"], None, 0, 4, 1.0) == ((("f", tuple(range(12))),),)
+
+
+def test_a_whole_read_is_all_of_the_read_in_each_of_its_partitions(data):
+    from dask.dataframe.dask_expr import new_collection
+
+    df, path = data
+    full = read(path, target=2_000_000, gpus=3)
+    few = full[full.x0 < 0.05]
+    for copies in (1, 3):
+        whole = new_collection(parquet.whole(few.expr, copies))
+        assert whole.npartitions == copies
+        assert whole.map_partitions(len).compute().tolist() == [int((df.x0 < 0.05).sum())] * copies
 
 
 def test_the_plan_is_the_same_for_every_layout_of_the_same_data(data, tmp_path):

@@ -118,6 +118,59 @@ def test_a_side_that_is_large_or_not_of_reads_keeps_dask_s_join(planned_pandas, 
         assert left.merge(right, on="k", how=how).simplify().expr._read_whole == whole
 
 
+def side_reads(graph, path) -> list:
+    """For each task of ``graph``, how many reads of ``path`` it makes, fused ones included."""
+    from dask_gpu.dataframe import parquet
+
+    def count(node):
+        if isinstance(node, dict):
+            return sum(count(value) for value in node.values())
+        found = getattr(node, "func", None) is parquet.read_pieces and node.args[0][0][0] == path
+        return found + sum(count(a) for a in getattr(node, "args", ()) if isinstance(a, dict) or hasattr(a, "func"))
+
+    return [count(task) for task in graph.values()]
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_side_of_one_partition_is_read_once_on_each_gpu(planned_pandas, files, gpus):
+    """dask fuses a side of one partition into each task of the other side, which reads it again; read enough to
+    matter, it is a task of its own on each GPU, and each task of the join takes the copy of its run."""
+    from dask_gpu.dataframe import parquet
+
+    big, small, big_path, small_path = files
+    large = read(big_path, 240_000, gpus=gpus)
+    side = read(small_path, 1_000_000, gpus=gpus)
+    assert large.npartitions == 8 and side.npartitions == 1
+    joined = large.merge(side, on="k")
+    optimized = planner.optimize(joined.expr)
+    graph = dict(optimized.__dask_graph__())
+    reads = side_reads(graph, small_path)
+    assert sum(reads) == gpus and max(reads) == 1  # one read of the side for each GPU
+    stages = [key for key in graph if key[0].startswith("stage-")]
+    assert len(stages) == gpus
+    joins = {key: {dep for dep in graph[key].dependencies if dep in stages} for key in graph
+             if reads[list(graph).index(key)] == 0 and key[0].startswith("readparquet")}
+    assert len(joins) == 8 and all(len(deps) == 1 for deps in joins.values())
+    assert [next(iter(joins[key]))[1] for key in sorted(joins, key=lambda k: k[1])] == [i * gpus // 8 for i in range(8)]
+    pd.testing.assert_frame_equal(in_order(joined.compute()), in_order(big.merge(small, on="k")))
+    assert parquet.copies(read(small_path, 64_000_000, gpus=gpus).expr, 8) == 0  # reads under 1/16 of its target
+    assert parquet.copies(side.expr, gpus) == 0  # no more tasks than GPUs: each task reads it once anyway
+
+
+def test_the_copies_of_a_side_are_read_once_each_on_a_cluster(planned_pandas, files):
+    """On two workers, the plan's graph as the scheduler makes it: each copy read once, and the answer dask's."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    big, small, big_path, small_path = files
+    joined = read(big_path, 240_000, gpus=2).merge(read(small_path, 1_000_000, gpus=2), on="k")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client, get_task_stream(client) as stream:
+        got = client.compute(joined).result()
+    pd.testing.assert_frame_equal(in_order(got), in_order(big.merge(small, on="k")))
+    ran = [(task["key"][0].split("-")[0], task["worker"]) for task in stream.data]
+    assert sorted(name for name, _ in ran).count("stage") == 2
+
+
 def test_a_small_sort_is_made_in_one_partition_without_a_pass_for_its_divisions(planned_pandas, frames):
     big, _ = frames
     df = dd.from_pandas(big, npartitions=planner.SORT_PARTITIONS)
@@ -276,7 +329,7 @@ def test_an_optimized_expression_pickles_as_its_graph_when_small(planned_pandas,
     gc.collect()  # unpickled, an expression of a name that is alive here is that one (dask keeps one of each)
     for pickled, held in ((small_graph, collections._Graph), (expressions, planner.internals.FrameExpr)):
         again = pickle.loads(pickled)
-        assert isinstance(again.operand("held").optimized, held)
+        assert isinstance(again.operand("held").inner, held)
         assert again._name == name and again.__dask_keys__() == keys
         pd.testing.assert_series_equal(dask.get(again.__dask_graph__(), keys)[0], want[0])
         del again

@@ -37,7 +37,7 @@ class Optimized(internals.FrameExpr):
 
     @property
     def optimized(self):
-        return self.operand("held").optimized
+        return self.operand("held").inner
 
     @functools.cached_property
     def _name(self) -> str:
@@ -57,23 +57,16 @@ class Optimized(internals.FrameExpr):
         return self.optimized._tree_repr_lines(indent, recursive)
 
 
-class _Held:
-    """An expression as an operand that is not one (dask takes an operand's ``expr`` as the operand): tokenized by
-    its name. Pickled (as a client sends what it computes to the scheduler), a small one is its graph: a graph of
-    a few tasks unpickles in a tenth of the time of the expressions it was made of, each of which is made and
-    tokenized anew (3 to 6 ms a TPC-H query); a large one stays expressions, as dask sends them to spare the
-    client the graph's making."""
+class _Held(planner.Held):
+    """An optimized expression held as an operand. Pickled (as a client sends what it computes to the scheduler), a
+    small one is its graph: a graph of a few tasks unpickles in a tenth of the time of the expressions it was made
+    of, each of which is made and tokenized anew (3 to 6 ms a TPC-H query); a large one stays expressions, as dask
+    sends them to spare the client the graph's making."""
 
-    __slots__ = ("optimized",)
-
-    def __init__(self, optimized):
-        self.optimized = optimized
-
-    def __dask_tokenize__(self):
-        return self.optimized._name
+    __slots__ = ()
 
     def __reduce__(self):
-        optimized = self.optimized
+        optimized = self.inner
         if sum(expr.npartitions for expr in optimized.walk()) > GRAPH_TASKS:  # more tasks than that, at most
             return _Held, (optimized,)
         graph = dict(optimized.__dask_graph__())

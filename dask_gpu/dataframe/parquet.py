@@ -11,8 +11,10 @@ The plan, made on the client from footers kept by :mod:`.footers`:
   a small table, or a large one filtered to little, is one partition, which dask then joins by broadcasting it,
   reduces without a shuffle, and sorts where it is. More than one partition are a multiple of the GPU workers;
 - a read of more than the target is spread over the GPU workers, a partition or more each, however little it
-  keeps: one GPU reading it all would leave the others waiting. A join reads a small side whole where each
-  partition of the other side is (:mod:`.planner`): a target of 0 plans one partition.
+  keeps: one GPU reading it all would leave the others waiting.
+
+A read can also be made whole (:func:`whole`): each of its partitions all of it, as :mod:`.planner` reads a small
+side of a join where the tasks of the other side are.
 
 Files with an index stored as columns, hive-partitioned directories and other readers' options are read by
 dask-cudf's reader instead (:func:`readable` says which).
@@ -29,6 +31,7 @@ from dask_gpu import internals
 from dask_gpu.dataframe import footers
 
 READ_FACTOR = 4  # the most a partition reads, as a multiple of the target: the rest is filtered out
+READ_AGAIN = 1 / 16  # the share of a partition's target a small side of a join reads, past which it is read once
 EXTENSIONS = (".parq", ".parquet", ".pq")
 ENGINES = ("cudf", "pandas")
 
@@ -89,10 +92,8 @@ def candidates(groups, filters) -> list:
 def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tuple:
     """The partitions of reading ``columns`` of ``wanted`` (row groups, in order, as :func:`candidates` picks them)
     under ``filters``, which keep ``share`` of the rows: each a tuple of ``(path, row group indices)``, contiguous
-    runs of the row groups; one partition of all of them where the ``target`` is 0."""
-    if not target:
-        return (_pieces(wanted),)
-    read = set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
+    runs of the row groups."""
+    read = _read_columns(columns, filters)
     weights = [max(g.nbytes(columns) * share, g.nbytes(read) / READ_FACTOR) for g in wanted]
     count = max(1, round(sum(weights) / target))  # the nearest: partitions of 0.75 to 1.5 times the target
     if gpus > 1 and sum(g.nbytes(read) for g in wanted) > target:
@@ -101,6 +102,11 @@ def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tupl
         count = math.ceil(count / gpus) * gpus
     count = max(1, min(count, len(wanted)))
     return tuple(_pieces(run) for run in _runs(wanted, weights, count))
+
+
+def _read_columns(columns, filters) -> set:
+    """The columns a read decodes: those it keeps and those its filters test."""
+    return set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
 
 
 def _runs(items, weights, count: int) -> list:
@@ -141,10 +147,22 @@ def kept_bytes(expr) -> float:
     return sum(read.kept_bytes for read in _reads(expr))
 
 
-def whole(expr):
-    """``expr`` with each of its reads in one partition."""
+def copies(expr, tasks: int) -> int:
+    """In how many copies to read ``expr``, one partition made of reads, where ``tasks`` tasks use it: one for each
+    GPU worker that runs some of them, where more tasks than GPU workers would read it again, and it reads at
+    least :data:`READ_AGAIN` of a partition's target; else 0 (each task reads it, as dask fuses it into each)."""
+    reads = _reads(expr)
+    if not reads or expr.npartitions != 1:
+        return 0
+    gpus = max(read.gpus for read in reads)
+    big = sum(read.read_bytes for read in reads) >= min(read.partition_bytes for read in reads) * READ_AGAIN
+    return min(gpus, tasks) if big and tasks > gpus else 0
+
+
+def whole(expr, copies: int = 1):
+    """``expr`` with each of its reads made whole: ``copies`` partitions, each all of the read."""
     for read in _reads(expr):
-        expr = expr.substitute(read, read.substitute_parameters({"partition_bytes": 0}))
+        expr = expr.substitute(read, read.substitute_parameters({"whole": copies}))
     return expr
 
 
@@ -205,18 +223,19 @@ def _made_empty(read, columns, engine: str):
 
 
 _metas: dict = {}  # (the first file of a read, columns, engine) -> an empty frame of them
-_plans: dict = {}  # (files, columns, filters, target bytes, GPU workers) -> a read's partitions
+_plans: dict = {}  # (files, columns, filters, target bytes, GPU workers, whole) -> a read's partitions
 _kept_rows: dict = {}  # (files, filters) -> the row groups that may pass the filters, and the share of rows that do
 
 
 class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     """Parquet files read in the partitions :func:`plan` makes (operands: the files with their sizes and times,
-    the columns, the filters in normal form, the engine, the target bytes, the GPU workers)."""
+    the columns, the filters in normal form, the engine, the target bytes, the GPU workers, the storage options,
+    and ``whole``: 0, or as many partitions each reading all of it)."""
 
-    _parameters = ["files", "columns", "filters", "engine", "partition_bytes", "gpus", "storage_options",
+    _parameters = ["files", "columns", "filters", "engine", "partition_bytes", "gpus", "storage_options", "whole",
                    "_partitions"]
     _defaults = {"columns": None, "filters": None, "engine": "cudf", "partition_bytes": 2**31, "gpus": 1,
-                 "storage_options": None, "_partitions": None}
+                 "storage_options": None, "whole": 0, "_partitions": None}
     _absorb_projections = True
 
     def __reduce__(self):
@@ -248,11 +267,13 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _plan(self) -> tuple:
         """The partitions, made once for each files, columns, filters and sizing: the optimizer makes a read anew
         for each projection and filter it pushes in, and asks each for its partitions."""
-        key = self.operand("files"), tuple(self.columns), self.filters, self.partition_bytes, self.gpus
+        key = self.operand("files"), tuple(self.columns), self.filters, self.partition_bytes, self.gpus, self.whole
         return footers.kept(_plans, key, self._planned)
 
     def _planned(self) -> tuple:
         groups, share = self._kept_rows
+        if self.whole:
+            return (_pieces(groups),) * self.whole
         return plan(groups, self.columns, self.filters, self.partition_bytes, self.gpus, share)
 
     @property
@@ -264,6 +285,12 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _rows_kept(self) -> tuple:
         groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
         return groups, footers.selectivity(self._fs, groups, self.filters)
+
+    @property
+    def read_bytes(self) -> int:
+        """The bytes this read decodes: its columns and its filters' of the row groups that may pass them."""
+        read = _read_columns(self.columns, self.filters)
+        return sum(g.nbytes(read) for g in self._kept_rows[0])
 
     @property
     def kept_bytes(self) -> float:

@@ -13,6 +13,10 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   input's partition count (``nunique``'s default) whatever that count is, and a shuffle is a stage of tasks of its
   own (transfers and a barrier, on the GPU through the device shuffle). From one partition into one, the rows are
   where the shuffle would put them: the shuffle's input, less its partitioning column, is its output.
+- **A small side read once on each GPU.** dask fuses a side of one partition into each task of the other side of
+  a join, which then reads it again and again on the same GPU. A side made of reads that reads enough to matter
+  (:func:`.parquet.copies`) is read in one task for each GPU worker instead, and each task of the other side
+  takes its copy (:class:`Copies`): the tasks of a copy run where it is.
 - **No tree of one partition.** dask reduces the chunks of a reduction or a group-by in a tree of tasks of its own,
   whatever their count. Of one chunk, the tree is one task applying the reduction's aggregate to it: a stage of
   its own, with a round trip through the scheduler before it and before each task after it. Applied where the
@@ -20,7 +24,7 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   one partition is one task, not two.
 
 :func:`planned` gives an expression the first two rules where it is a join or a sort; :func:`optimize`, which
-optimizes the collections' expressions, applies the other two to the lowered expression before its tasks are fused,
+optimizes the collections' expressions, applies the others to the lowered expression before its tasks are fused,
 and keeps what it made for a query of files, which a query run again takes as it is.
 """
 
@@ -99,6 +103,8 @@ def without_needless_stages(expr):
         replacement = _unshuffled(node)
         if replacement is None:
             replacement = _aggregated_in_place(node)
+        if replacement is None:
+            replacement = _side_read_once(node)
         if replacement is not None:
             replaced[node._name] = node, replacement
         stack.extend((replacement if replacement is not None else node).dependencies())
@@ -134,6 +140,20 @@ def _aggregated_in_place(node):
     return AggregatedPartition(node.frame, node.aggregate, node.aggregate_kwargs, node._meta)
 
 
+def _side_read_once(node):
+    """What ``node`` is with its side of one partition read once on each GPU worker (:func:`.parquet.copies`),
+    where it is a join of several partitions with such a side; None where it is not."""
+    if not isinstance(node, internals.BlockwiseMerge):
+        return None
+    for name, side, other in (("right", node.right, node.left), ("left", node.left, node.right)):
+        if side.npartitions == 1 and other.npartitions > 1:
+            count = parquet.copies(side, other.npartitions)
+            if count:
+                copies = Stage(Held(parquet.whole(side, count)))
+                return node.substitute_parameters({name: Copies(copies, other.npartitions)})
+    return None
+
+
 def aggregate_one(partition, aggregate, kwargs):
     """A tree reduction's last task, of one chunk."""
     return aggregate([partition], **(kwargs or {}))
@@ -156,6 +176,60 @@ class AggregatedPartition(internals.Blockwise):
 
     def _divisions(self):
         return (None, None)  # an aggregate's index is not its input's
+
+
+class Copies(internals.Blockwise):
+    """``count`` partitions of the copies of a side (``frame``, a partition for each copy): partition ``i`` is copy
+    ``i * copies // count``, so that each copy serves a contiguous run of the other side's partitions. Fused into
+    the tasks of the join, it is a reference to the copy, which they then depend on."""
+
+    _parameters = ["frame", "count"]
+
+    @functools.cached_property
+    def _meta(self):
+        return self.frame._meta
+
+    def _divisions(self):
+        return (None,) * (self.operand("count") + 1)
+
+    def _task(self, name, index: int):
+        from dask.task_spec import Alias
+
+        return Alias(name, (self.frame._name, index * self.frame.npartitions // self.operand("count")))
+
+
+class Stage(internals.FrameExpr):
+    """The partitions of an expression (held out of the optimizer's and the fuser's reach), each one task, fused:
+    dask fuses a one-partition expression into each task that uses it, and its tasks would compute it again."""
+
+    _parameters = ["held"]
+
+    @functools.cached_property
+    def _meta(self):
+        return self.operand("held").inner._meta
+
+    def _divisions(self):
+        return (None,) * (self.operand("held").inner.npartitions + 1)
+
+    def _layer(self) -> dict:
+        fused = self.operand("held").inner.fuse()
+        return {(self._name, i): fused._task((self._name, i), i) for i in range(fused.npartitions)}
+
+
+class Held:
+    """An expression as an operand that is not one, tokenized by its name: dask walks, optimizes and fuses the
+    operands that are expressions."""
+
+    __slots__ = ("inner",)  # not "expr", which dask would take for the operand
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dask_tokenize__(self):
+        return self.inner._name
+
+    def __reduce__(self):
+        return Held, (self.inner,)
 
 
 class PlannedMerge(internals.Merge):
