@@ -289,6 +289,18 @@ def test_the_bytes_a_shuffle_sends_between_workers_and_its_seconds_are_measured(
         assert 0 < shuffle_seconds(stream.data) < 30
 
 
+def test_the_spread_of_a_task_stream_over_its_workers():
+    from dask_gpu.benchmarks.common import spread
+
+    def task(worker, *spans):
+        return {"worker": worker, "startstops": [{"action": action, "start": a, "stop": b} for action, a, b in spans]}
+
+    stream = [task("a", ("compute", 0.0, 1.0)), task("a", ("transfer", 1.0, 1.5), ("compute", 1.5, 2.5)),
+              task("b", ("compute", 0.5, 3.0))]
+    assert spread(stream) == {"workers": 2, "busy_seconds": 4.5, "span_seconds": 3.0}
+    assert spread([]) == {"workers": 0, "busy_seconds": 0.0, "span_seconds": 0.0}
+
+
 def test_the_tpch_table_names_each_column_s_largest_shuffle():
     from dask_gpu.benchmarks.tpch import suite as tpch
 

@@ -212,6 +212,7 @@ def test_the_split_of_a_query_s_time_and_its_answer_optimized_first(tables, answ
             phases = engine.phases(n)
             assert data.same(phases.pop("answer"), answers[n]) is None
             assert phases["tasks"] > 1 and phases["partitions"] >= 1
+            assert 1 <= phases["workers"] <= 2 and 0 < phases["busy_seconds"] <= 2 * phases["span_seconds"] + 1e-3
             assert all(phases[step] > 0 for step in ("build", "optimize", "compute")), phases
 
 

@@ -258,6 +258,19 @@ def shuffle_seconds(stream: list) -> float:
     return max(stop for _, stop in spans) - min(start for start, _ in spans) if spans else 0.0
 
 
+def spread(stream: list) -> dict:
+    """How a task stream's work was spread: the workers that computed, the seconds they computed in all, and from
+    the first task's start to the last one's end; busy / (span * workers) is the share of the workers' time spent
+    computing."""
+    spans = [(task["worker"], s["start"], s["stop"]) for task in stream for s in task["startstops"]
+             if s["action"] == "compute"]
+    if not spans:
+        return {"workers": 0, "busy_seconds": 0.0, "span_seconds": 0.0}
+    return {"workers": len({worker for worker, _, _ in spans}),
+            "busy_seconds": sum(stop - start for _, start, stop in spans),
+            "span_seconds": max(stop for _, _, stop in spans) - min(start for _, start, _ in spans)}
+
+
 def settle(client) -> None:
     """The client's loop has taken in the releases of futures let go so far (a future releases its key through the
     loop): the next call of the same keys computes them, where it would find them still held."""

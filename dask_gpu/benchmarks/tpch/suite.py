@@ -25,7 +25,7 @@ import dask
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, engine_kinds, error_text, gpu_client, gpu_columns,
-                                        gpu_counts, gpu_notes, run_columns, runs_table, sent, shuffle_seconds,
+                                        gpu_counts, gpu_notes, run_columns, runs_table, sent, shuffle_seconds, spread,
                                         startup_lines)
 from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -353,8 +353,9 @@ class Dask:
 
     def phases(self, number) -> dict:
         """One more run, split: building the collection, optimizing it, its graph, and the cluster's work, with the
-        bytes it sent between workers and the seconds its shuffles' pieces took (:func:`.common.sent`); its answer
-        too, which is the answer of a collection optimized first (``optimize()``, then computed)."""
+        bytes it sent between workers, the seconds its shuffles' pieces took (:func:`.common.sent`) and how its
+        tasks were spread over the workers (:func:`.common.spread`); its answer too, which is the answer of a
+        collection optimized first (``optimize()``, then computed)."""
         clock = [time.perf_counter()]
         collection = self.queries[number](self)
         clock.append(time.perf_counter())
@@ -373,7 +374,7 @@ class Dask:
         moved = {name: count - before[name] for name, count in sent(self.client).items()}
         return {"build": steps[0], "optimize": steps[1], "graph": steps[2], "compute": computed, "tasks": tasks,
                 "partitions": getattr(optimized, "npartitions", 1), **moved,
-                "shuffle_seconds": shuffle_seconds(stream.data), "answer": to_pandas(answer)}
+                "shuffle_seconds": shuffle_seconds(stream.data), **spread(stream.data), "answer": to_pandas(answer)}
 
 
 def to_pandas(value):
