@@ -101,7 +101,26 @@ def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tupl
     if count > 1:
         count = math.ceil(count / gpus) * gpus
     count = max(1, min(count, len(wanted)))
-    return tuple(_pieces(run) for run in _runs(wanted, weights, count))
+    key = sort_key(wanted, columns) if count > 1 else None
+    clean = [c for c in range(1, len(wanted)) if wanted[c].bounds(key)[0] > wanted[c - 1].bounds(key)[1]] if key else []
+    return tuple(_pieces(run) for run in _runs(wanted, weights, count, clean))
+
+
+def sort_key(groups, columns) -> str | None:
+    """The first of ``columns`` that ``groups`` (in order) hold sorted: each with exact bounds, none starting below
+    where the one before ended. Runs of them cut between groups that share no value of it hold disjoint ranges of
+    it (a key's rows in one run), as TPC-H's ``dbgen`` writes its tables in key order."""
+    for column in columns:
+        ended = None
+        for group in groups:
+            bounds = group.bounds(column)
+            if bounds is None or (ended is not None and bounds[0] < ended):
+                break
+            ended = bounds[1]
+        else:
+            if groups:
+                return column
+    return None
 
 
 def _read_columns(columns, filters) -> set:
@@ -109,17 +128,19 @@ def _read_columns(columns, filters) -> set:
     return set(columns) | {term[0] for conjunction in filters or () for term in conjunction}
 
 
-def _runs(items, weights, count: int) -> list:
+def _runs(items, weights, count: int, clean=()) -> list:
     """``items`` cut into ``count`` contiguous runs of about equal weight, none empty: each cut where the weight
-    before it comes nearest its share of the whole."""
+    before it comes nearest its share of the whole, at one of the ``clean`` positions (sorted) where one is near."""
     ends = list(itertools.accumulate(weights))
     total, cuts = ends[-1] if ends else 0, [0]
     for k in range(1, count):
         first, last = cuts[-1] + 1, len(items) - (count - k)  # each run keeps an item, and leaves one for each after
         goal = total * k / count
         after = min(max(bisect.bisect_left(ends, goal) + 1, first), last)  # the first cut at or past the goal
-        before = max(after - 1, first)
-        cuts.append(min((before, after), key=lambda cut: abs(ends[cut - 1] - goal)))
+        options = (max(after - 1, first), after)
+        i = bisect.bisect_left(clean, after)
+        options = [c for c in clean[max(i - 1, 0):i + 1] if first <= c <= last] or options
+        cuts.append(min(options, key=lambda cut: abs(ends[cut - 1] - goal)))
     cuts.append(len(items))
     return [items[a:b] for a, b in zip(cuts, cuts[1:])]
 
@@ -285,6 +306,29 @@ class ReadParquet(internals.PartitionsFiltered, internals.BlockwiseIO):
     def _rows_kept(self) -> tuple:
         groups = candidates([g for f in self._footers for g in f.row_groups], self.filters)
         return groups, footers.selectivity(self._fs, groups, self.filters)
+
+    @functools.cached_property
+    def key_ranges(self) -> tuple | None:
+        """``(column, ((low, high), ...))``: the column of the files' order (:func:`sort_key`) and each partition's
+        range of it, where there are several partitions and these ranges are disjoint and ascending; else None."""
+        plan = self._plan
+        if len(plan) < 2 or self.whole or internals.partitions_filtered(self):
+            return None
+        groups = {(g.path, g.index): g for footer in self._footers for g in footer.row_groups}
+        runs = [[groups[(path, i)] for path, indices in pieces for i in indices] for pieces in plan]
+        key = sort_key([g for run in runs for g in run], self.columns)
+        if key is None:
+            return None
+        ranges = tuple((run[0].bounds(key)[0], run[-1].bounds(key)[1]) for run in runs)
+        if any(high >= low for (_, high), (low, _) in zip(ranges, ranges[1:])):
+            return None
+        return key, ranges
+
+    @property
+    def unique_partition_mapping_columns_from_shuffle(self) -> set:
+        """The column of :attr:`key_ranges`: each of its values in one partition, as a shuffle on it would leave
+        them (in other partitions than its hash would: :mod:`.partitioning` keeps joins from pairing them so)."""
+        return {self.key_ranges[0]} if self.key_ranges else set()
 
     @property
     def read_bytes(self) -> int:

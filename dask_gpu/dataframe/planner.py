@@ -3,10 +3,14 @@
 dask decides how to join and sort from partition counts, which the planned reads (:mod:`.parquet`) make
 measures of size: a partition holds about ``gpu.partition-size`` of what the query keeps.
 
+- **Joins of sorted reads** (:mod:`.partitioning`). Sides that hold the same ranges of their keys are joined
+  partition by partition; a side that claims its key's partitioning from a sorted read's ranges is shuffled
+  where dask would take it for hashed.
 - **Broadcast joins.** Where dask would broadcast a side of several partitions (its ``BroadcastJoin``), that side
   becomes one partition first, which dask then joins with each partition of the other side. dask (2026.8) takes
   the output of its own broadcast join as partitioned by the join key, which it is not: a group-by or a join on
-  that key afterwards skips its shuffle and answers wrong. A side of one partition keeps what each side had.
+  that key afterwards skips its shuffle and answers wrong. The output claims the other side's partitioning only.
+  A small side made of reads is read whole in each task of the other side instead, with no shuffle of either.
 - **Small sorts.** A sort of at most :data:`SORT_PARTITIONS` partitions is made in one partition: no pass over
   the input to find where to split it, which dask computes while the graph is built.
 - **No shuffle of one partition into one.** dask shuffles the chunks of a group-by whose ``split_out`` is its
@@ -23,7 +27,7 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   chunk is, as a blockwise expression, it fuses with the chunk's task and with what follows it: a filtered sum of
   one partition is one task, not two.
 
-:func:`planned` gives an expression the first two rules where it is a join or a sort; :func:`optimize`, which
+:func:`planned` gives an expression the first three rules where it is a join or a sort; :func:`optimize`, which
 optimizes the collections' expressions, applies the others to the lowered expression before its tasks are fused,
 and keeps what it made for a query of files, which a query run again takes as it is.
 """
@@ -38,7 +42,7 @@ import threading
 import dask
 
 from dask_gpu import internals
-from dask_gpu.dataframe import parquet
+from dask_gpu.dataframe import parquet, partitioning
 
 SORT_PARTITIONS = 4  # the most partitions sorted in one: a few partitions of about the target size
 
@@ -234,7 +238,9 @@ class Held:
 
 class PlannedMerge(internals.Merge):
     """A join whose broadcast side is one partition: read whole where each partition of the other side is, where
-    it is small and made of reads; else gathered into one."""
+    it is small and made of reads; else gathered into one. Of sides that hold the same ranges of their keys
+    (:mod:`.partitioning`), partition by partition; of a side whose claim to be partitioned on its key is a range
+    of a sorted read, dask's hash join of it."""
 
     @functools.cached_property
     def _read_whole(self) -> str | None:
@@ -270,18 +276,20 @@ class PlannedMerge(internals.Merge):
 
     def _lower(self):
         if self._read_whole:
-            sides = {"left": self.left, "right": self.right}
-            sides[self._read_whole] = parquet.whole(sides[self._read_whole])
-            return internals.Merge(sides["left"], sides["right"], *self.operands[2:])
-        side = self._concatenated
-        if side is None:
-            return super()._lower()
-        left, right = self.left, self.right
-        if side == "left":
-            left = internals.Repartition(left, new_partitions=1)
-        else:
-            right = internals.Repartition(right, new_partitions=1)
-        return internals.Merge(left, right, *self.operands[2:])
+            return self._joined([self._read_whole], parquet.whole)
+        if self._concatenated:
+            return self._joined([self._concatenated], lambda side: internals.Repartition(side, new_partitions=1))
+        if partitioning.co_partitioned(self):
+            return internals.BlockwiseMerge(self.left, self.right, *self.operands[2:])
+        misread = partitioning.misread(self)
+        return self._joined(misread, partitioning.Unclaimed) if misread else super()._lower()
+
+    def _joined(self, names, change):
+        """dask's join of the two sides, with those of ``names`` ("left", "right") changed by ``change``."""
+        sides = {"left": self.left, "right": self.right}
+        for name in names:
+            sides[name] = change(sides[name])
+        return internals.Merge(sides["left"], sides["right"], *self.operands[2:])
 
 
 BROADCAST_HOWS = {"left": ("inner", "right"), "right": ("inner", "left", "leftsemi")}  # side -> joins it may be in

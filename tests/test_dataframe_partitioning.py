@@ -1,0 +1,112 @@
+"""Partitions that hold disjoint ranges of a sorted key (dask_gpu.dataframe.partitioning, .parquet), with pandas
+partitions on the CPU: group-bys and joins of them without shuffles, and joins that must not trust them."""
+
+import dask
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_gpu.dataframe import parquet, partitioning, planner
+
+SHUFFLES = {"TaskShuffle", "DiskShuffle", "P2PShuffle", "HashJoinP2P", "AssignPartitioningIndex"}
+
+
+def write(frame, path, row_group):
+    frame.to_parquet(path, row_group_size=row_group)
+    return str(path)
+
+
+def read(path, target=72_000, gpus=4):
+    return parquet.read_parquet(path, None, engine="pandas", partition_bytes=target, gpus=gpus)
+
+
+@pytest.fixture
+def sorted_files(tmp_path):
+    """Lines of orders in order (3 lines an order: row groups of 1,000 split some orders), their orders, and the
+    same lines in another order."""
+    rng = np.random.default_rng(2)
+    lines = pd.DataFrame({"k": np.arange(12_000) // 3, "s": rng.integers(0, 50, 12_000), "x": rng.random(12_000)})
+    orders = pd.DataFrame({"k": np.arange(4_000), "o": rng.random(4_000)})
+    shuffled = lines.sample(frac=1, random_state=0).reset_index(drop=True)
+    return (lines, orders, write(lines, tmp_path / "lines.parquet", 1_000),
+            write(orders, tmp_path / "orders.parquet", 300), write(shuffled, tmp_path / "shuffled.parquet", 1_000))
+
+
+def kinds(collection) -> set:
+    return {type(e).__name__ for e in planner.optimize(collection.expr, fuse=False).walk()}
+
+
+def test_a_read_of_sorted_files_holds_disjoint_ranges_of_its_key(sorted_files):
+    """Cut only between row groups that share no order: each order's lines in one partition, which the read
+    claims as a shuffle on the key would."""
+    lines, _, path, _, shuffled = sorted_files
+    full = read(path)
+    assert full.npartitions == 4
+    key, ranges = full.expr.key_ranges
+    assert key == "k" and all(high < low for (_, high), (low, _) in zip(ranges, ranges[1:]))
+    keys = full.map_partitions(lambda p: frozenset(p.k)).compute().tolist()
+    assert all(not a & b for i, a in enumerate(keys) for b in keys[i + 1:])
+    assert full.expr.unique_partition_mapping_columns_from_shuffle == {"k"}
+    other = read(shuffled).expr
+    assert other.key_ranges is None and not other.unique_partition_mapping_columns_from_shuffle
+    assert read(path, target=10**9).expr.key_ranges is None  # one partition
+
+
+def test_a_cut_falls_between_row_groups_that_share_no_value_of_the_key():
+    """Ten row groups, each sharing its last key with the next but after the third and the seventh: two partitions
+    cut at one of those, not in the middle."""
+    groups = [parquet.footers.RowGroup("f", i, 100, {"k": 800}, positions={"k": 0},
+                                       _bounds={"k": (10 * i, 10 * i + (9 if i in (2, 6) else 10))}) for i in range(10)]
+    assert parquet.sort_key(groups, ["k"]) == "k"
+    (first, second) = parquet.plan(groups, ["k"], None, 4_000, 1, 1.0)
+    assert first == (("f", (0, 1, 2)),) and second[0][1][0] == 3
+    unsorted = groups[:3] + groups[4:5] + groups[3:4]
+    assert parquet.sort_key(unsorted, ["k"]) is None
+
+
+def test_a_group_by_and_drop_duplicates_on_the_key_need_no_shuffle(planned_pandas, sorted_files):
+    lines, _, path, _, shuffled = sorted_files
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        for frame, shuffles in ((read(path), False), (read(shuffled), True)):
+            counts = frame.groupby("k").s.nunique()
+            unique = frame[["k"]].drop_duplicates()
+            assert bool(kinds(counts) & SHUFFLES) == shuffles and bool(kinds(unique) & SHUFFLES) == shuffles
+            pd.testing.assert_series_equal(counts.compute().sort_index(), lines.groupby("k").s.nunique())
+            assert sorted(unique.compute().k) == sorted(lines.k.unique())
+
+
+def test_parts_of_one_read_are_joined_partition_by_partition(planned_pandas, sorted_files):
+    """TPC-H's query 21 in small: a group-by of the lines by order, joined back to some of the lines."""
+    lines, _, path, _, _ = sorted_files
+    full = read(path)
+    counts = full.groupby("k").s.nunique().to_frame("suppliers").reset_index()
+    some = full[full.x > 0.5]
+    joined = some.merge(counts, on="k")
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        assert not kinds(joined) & SHUFFLES and "BlockwiseMerge" in kinds(joined)
+        got = joined.compute()
+    want = lines[lines.x > 0.5].merge(lines.groupby("k").s.nunique().to_frame("suppliers").reset_index(), on="k")
+    pd.testing.assert_frame_equal(got.sort_values(["k", "s", "x"]).reset_index(drop=True),
+                                  want.sort_values(["k", "s", "x"]).reset_index(drop=True))
+
+
+@pytest.mark.parametrize("other", ["another sorted read", "a hashed frame"])
+def test_a_join_with_a_side_partitioned_otherwise_shuffles(planned_pandas, sorted_files, other):
+    """Both sides claim the key, in ranges cut elsewhere, or hashed: dask would pair partition i with partition i,
+    and lose the rows whose key is elsewhere on the other side."""
+    lines, orders, path, orders_path, _ = sorted_files
+    full = read(path)
+    if other == "another sorted read":
+        right = read(orders_path, target=16_000)
+        assert right.npartitions == full.npartitions and right.expr.key_ranges[1] != full.expr.key_ranges[1]
+    else:
+        right = read(orders_path, target=10**9).shuffle("k", npartitions=full.npartitions)
+    joined = full.merge(right, on="k", how="left")
+    assert partitioning.misread(joined.simplify().expr)
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        assert kinds(joined) & SHUFFLES
+        got = joined.compute()
+    assert len(got) == len(lines) and got.o.notna().all()
+    want = lines.merge(orders, on="k", how="left")
+    pd.testing.assert_frame_equal(got.sort_values(["k", "s", "x"]).reset_index(drop=True),
+                                  want.sort_values(["k", "s", "x"]).reset_index(drop=True))
