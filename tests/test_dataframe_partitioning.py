@@ -55,13 +55,24 @@ def test_a_read_of_sorted_files_holds_disjoint_ranges_of_its_key(sorted_files):
 def test_a_cut_falls_between_row_groups_that_share_no_value_of_the_key():
     """Ten row groups, each sharing its last key with the next but after the third and the seventh: two partitions
     cut at one of those, not in the middle."""
-    groups = [parquet.footers.RowGroup("f", i, 100, {"k": 800}, positions={"k": 0},
+    groups = [parquet.footers.RowGroup("f", i, 100, {"k": 800}, positions={"k": 0}, _nulls={"k": 0},
                                        _bounds={"k": (10 * i, 10 * i + (9 if i in (2, 6) else 10))}) for i in range(10)]
     assert parquet.sort_key(groups, ["k"]) == "k"
     (first, second) = parquet.plan(groups, ["k"], None, 4_000, 1, 1.0)
     assert first == (("f", (0, 1, 2)),) and second[0][1][0] == 3
     unsorted = groups[:3] + groups[4:5] + groups[3:4]
     assert parquet.sort_key(unsorted, ["k"]) is None
+    constant = [parquet.footers.RowGroup("f", i, 100, {"c": 800}, _bounds={"c": (1, 1)}, _nulls={"c": 0})
+                for i in range(3)]
+    assert parquet.sort_key(constant, ["c"]) is None  # no run above another
+
+
+def test_a_key_with_nulls_is_no_sort_key(tmp_path):
+    """Each null would be in its partition: a group-by keeping nulls, or a join matching them, needs a shuffle."""
+    frame = pd.DataFrame({"k": pd.array(np.arange(12_000) // 3, dtype="Float64"), "x": np.ones(12_000)})
+    frame.loc[[5, 7_000], "k"] = None
+    with_nulls = read(write(frame, tmp_path / "nulls.parquet", 1_000), target=48_000)
+    assert with_nulls.npartitions == 4 and with_nulls.expr.key_ranges is None
 
 
 def test_a_group_by_and_drop_duplicates_on_the_key_need_no_shuffle(planned_pandas, sorted_files):

@@ -41,6 +41,7 @@ class RowGroup:
     metadata: object = None  # pyarrow's FileMetaData of the file
     positions: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # column -> its position
     _bounds: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # column -> (min, max) or None
+    _nulls: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # column -> null count or None
 
     def nbytes(self, columns) -> int:
         return sum(self.sizes.get(name, 0) for name in columns)
@@ -52,6 +53,14 @@ class RowGroup:
             self._bounds[column] = None if position is None else _exact_bounds(
                 self.metadata.row_group(self.index).column(position).statistics)
         return self._bounds[column]
+
+    def nulls(self, column) -> int | None:
+        """``column``'s nulls in this row group, None where the footer does not count them; read once."""
+        if column not in self._nulls:
+            position = self.positions.get(column)
+            stats = None if position is None else self.metadata.row_group(self.index).column(position).statistics
+            self._nulls[column] = stats.null_count if stats is not None and stats.has_null_count else None
+        return self._nulls[column]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,18 +107,20 @@ def plan(wanted, columns, filters, target: int, gpus: int, share: float) -> tupl
 
 
 def sort_key(groups, columns) -> str | None:
-    """The first of ``columns`` that ``groups`` (in order) hold sorted: each with exact bounds, none starting below
-    where the one before ended. Runs of them cut between groups that share no value of it hold disjoint ranges of
-    it (a key's rows in one run), as TPC-H's ``dbgen`` writes its tables in key order."""
+    """The first of ``columns`` that ``groups`` (in order) hold sorted: each with exact bounds and no nulls (a null
+    key would be in several runs), none starting below where the one before ended, and some above it. Runs of them
+    cut between groups that share no value of it hold disjoint ranges of it (a key's rows in one run), as TPC-H's
+    ``dbgen`` writes its tables in key order."""
     for column in columns:
-        ended = None
+        ended, rising = None, False
         for group in groups:
             bounds = group.bounds(column)
-            if bounds is None or (ended is not None and bounds[0] < ended):
+            if bounds is None or group.nulls(column) != 0 or (ended is not None and bounds[0] < ended):
                 break
+            rising = rising or (ended is not None and bounds[0] > ended)
             ended = bounds[1]
         else:
-            if groups:
+            if rising:
                 return column
     return None
 
