@@ -53,14 +53,19 @@ def test_a_read_of_sorted_files_holds_disjoint_ranges_of_its_key(sorted_files):
 
 
 def test_a_cut_falls_between_row_groups_that_share_no_value_of_the_key():
-    """Ten row groups, each sharing its last key with the next but after the third and the seventh: two partitions
-    cut at one of those, not in the middle."""
-    groups = [parquet.footers.RowGroup("f", i, 100, {"k": 800}, positions={"k": 0}, _nulls={"k": 0},
-                                       _bounds={"k": (10 * i, 10 * i + (9 if i in (2, 6) else 10))}) for i in range(10)]
-    assert parquet.sort_key(groups, ["k"]) == "k"
-    (first, second) = parquet.plan(groups, ["k"], None, 4_000, 1, 1.0)
-    assert first == (("f", (0, 1, 2)),) and second[0][1][0] == 3
-    unsorted = groups[:3] + groups[4:5] + groups[3:4]
+    """Ten row groups, each sharing its last key with the next but after the fourth and the eighth: two partitions
+    cut after the fourth, not in the middle; a cut further than a fifth of a partition from its goal stays."""
+    def groups(clean):
+        bounds = [(10 * i, 10 * i + (9 if i in clean else 10)) for i in range(10)]
+        return [parquet.footers.RowGroup("f", i, 100, {"k": 800}, positions={"k": 0}, _nulls={"k": 0},
+                                         _bounds={"k": bounds[i]}) for i in range(10)]
+
+    assert parquet.sort_key(groups((3, 7)), ["k"]) == "k"
+    (first, second) = parquet.plan(groups((3, 7)), ["k"], None, 4_000, 1, 1.0)
+    assert first == (("f", (0, 1, 2, 3)),) and second[0][1][0] == 4
+    (first, second) = parquet.plan(groups((1, 7)), ["k"], None, 4_000, 1, 1.0)
+    assert first == (("f", (0, 1, 2, 3, 4)),)
+    unsorted = groups((3, 7))[:3] + groups((3, 7))[4:5] + groups((3, 7))[3:4]
     assert parquet.sort_key(unsorted, ["k"]) is None
     constant = [parquet.footers.RowGroup("f", i, 100, {"c": 800}, _bounds={"c": (1, 1)}, _nulls={"c": 0})
                 for i in range(3)]

@@ -31,6 +31,7 @@ from dask_gpu import internals
 from dask_gpu.dataframe import footers
 
 READ_FACTOR = 4  # the most a partition reads, as a multiple of the target: the rest is filtered out
+CLEAN_SLACK = 1 / 5  # how far from its goal a cut may move to fall between row groups that share no key
 READ_AGAIN = 1 / 16  # the share of a partition's target a small side of a join reads, past which it is read once
 EXTENSIONS = (".parq", ".parquet", ".pq")
 ENGINES = ("cudf", "pandas")
@@ -132,17 +133,18 @@ def _read_columns(columns, filters) -> set:
 
 def _runs(items, weights, count: int, clean=()) -> list:
     """``items`` cut into ``count`` contiguous runs of about equal weight, none empty: each cut where the weight
-    before it comes nearest its share of the whole, at one of the ``clean`` positions (sorted) where one is near."""
+    before it comes nearest its share of the whole, at one of the ``clean`` positions (sorted) where one is within
+    :data:`CLEAN_SLACK` of a run's weight of it."""
     ends = list(itertools.accumulate(weights))
     total, cuts = ends[-1] if ends else 0, [0]
     for k in range(1, count):
         first, last = cuts[-1] + 1, len(items) - (count - k)  # each run keeps an item, and leaves one for each after
         goal = total * k / count
         after = min(max(bisect.bisect_left(ends, goal) + 1, first), last)  # the first cut at or past the goal
-        options = (max(after - 1, first), after)
         i = bisect.bisect_left(clean, after)
-        options = [c for c in clean[max(i - 1, 0):i + 1] if first <= c <= last] or options
-        cuts.append(min(options, key=lambda cut: abs(ends[cut - 1] - goal)))
+        options = [c for c in clean[max(i - 1, 0):i + 1]
+                   if first <= c <= last and abs(ends[c - 1] - goal) <= CLEAN_SLACK * total / count]
+        cuts.append(min(options or (max(after - 1, first), after), key=lambda cut: abs(ends[cut - 1] - goal)))
     cuts.append(len(items))
     return [items[a:b] for a, b in zip(cuts, cuts[1:])]
 
