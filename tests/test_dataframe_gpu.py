@@ -225,6 +225,29 @@ def test_the_gpu_backend_reads_partitions_sized_for_the_gpu(client, tmp_path):
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2
 
 
+def test_sorted_files_and_small_sides_on_cudf(client, tmp_path):
+    """On cuDF partitions: a group-by on the files' order key with no shuffle, joined back partition by partition,
+    and a small side read once for the join's tasks; every answer pandas'."""
+    from dask_gpu.dataframe import planner
+
+    rng = np.random.default_rng(4)
+    lines = pd.DataFrame({"k": np.arange(60_000) // 3, "s": rng.integers(0, 2_000, 60_000), "x": rng.random(60_000)})
+    lines.to_parquet(tmp_path / "lines.parquet", row_group_size=3_000, index=False)
+    small = pd.DataFrame({"s": np.arange(2_000), "y": rng.random(2_000)})  # 32 KB: more than 1/16 of a partition
+    small.to_parquet(tmp_path / "small.parquet", index=False)
+    with dask.config.set({"dataframe.backend": "gpu", "gpu.partition-size": 300_000}):
+        full = dd.read_parquet(str(tmp_path / "lines.parquet"))
+        assert full.npartitions > 2 and full.expr.key_ranges[0] == "k"
+        counts = full.groupby("k").s.nunique().to_frame("kinds").reset_index()
+        joined = full[full.x > 0.5].merge(counts, on="k").merge(dd.read_parquet(str(tmp_path / "small.parquet")),
+                                                                 on="s")
+        lowered = {type(e).__name__ for e in planner.optimize(joined.expr, fuse=False).walk()}
+        assert not lowered & {"TaskShuffle", "P2PShuffle", "DiskShuffle", "HashJoinP2P"} and "Stage" in lowered
+        got = joined.compute().to_pandas()
+    want = lines[lines.x > 0.5].merge(lines.groupby("k").s.nunique().to_frame("kinds").reset_index(), on="k")
+    same(got, want.merge(small, on="s"), by=["k", "s", "x"])
+
+
 def test_workers_of_a_gpu_dataframe_cluster_start_with_cudf_ready(tmp_path):
     """A cluster started under ``dataframe.backend: gpu`` warms cuDF in each worker before it registers: the
     first query finds cuDF imported and its operations run once."""
