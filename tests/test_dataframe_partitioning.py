@@ -126,3 +126,20 @@ def test_a_join_with_a_side_partitioned_otherwise_shuffles(planned_pandas, sorte
     want = lines.merge(orders, on="k", how="left")
     pd.testing.assert_frame_equal(got.sort_values(["k", "s", "x"]).reset_index(drop=True),
                                   want.sort_values(["k", "s", "x"]).reset_index(drop=True))
+
+
+def test_a_join_hashed_with_a_side_of_one_partition_loses_the_ranges(planned_pandas, sorted_files):
+    """A right join cannot send its right side of one partition to each partition of the left: dask hashes both,
+    and what it makes holds no range of the key, whatever the left side held."""
+    lines, orders, path, orders_path, _ = sorted_files
+    full = read(path)
+    hashed = full.merge(read(orders_path, target=10**9), on="k", how="right")
+    counts = full.groupby("k").s.nunique().to_frame("suppliers").reset_index()
+    joined = hashed.merge(counts, on="k")
+    assert partitioning.ranges(hashed.simplify().expr, "k") is None
+    assert not partitioning.co_partitioned(joined.simplify().expr)
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        got = joined.compute()
+    want = lines.merge(orders, on="k", how="right").merge(
+        lines.groupby("k").s.nunique().to_frame("suppliers").reset_index(), on="k")
+    assert len(got) == len(want)

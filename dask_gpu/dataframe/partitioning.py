@@ -67,9 +67,11 @@ def _merged(expr, name) -> tuple | None:
     left, right = expr.left, expr.right
     left_key, right_key = _single(expr.left_on), _single(expr.right_on)
     whole = getattr(expr, "_read_whole", None) or getattr(expr, "_concatenated", None)
-    if right.npartitions == 1 or whole == "right":
+    if whole is None and internals.is_single_partition_broadcast(expr):  # else dask hashes a side of one too
+        whole = "right" if right.npartitions == 1 and expr.how in ("inner", "left", "leftsemi") else "left"
+    if whole == "right":
         kept, key, other, other_key = left, left_key, right, right_key
-    elif left.npartitions == 1 or whole == "left":
+    elif whole == "left":
         kept, key, other, other_key = right, right_key, left, left_key
     else:
         same = ranges(left, left_key) if left_key is not None else None
