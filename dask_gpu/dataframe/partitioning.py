@@ -21,6 +21,9 @@ from __future__ import annotations
 from dask_gpu import internals
 from dask_gpu.dataframe import parquet
 
+# side -> the joins in which it may be whole in each partition of the other side, which keeps its partitions
+BROADCAST_HOWS = {"left": ("inner", "right"), "right": ("inner", "left", "leftsemi")}
+
 
 def ranges(expr, name) -> tuple | None:
     """The range of ``name`` (a column or the index) that each partition of ``expr`` holds, disjoint and ascending;
@@ -68,7 +71,7 @@ def _merged(expr, name) -> tuple | None:
     left_key, right_key = _single(expr.left_on), _single(expr.right_on)
     whole = getattr(expr, "_read_whole", None) or getattr(expr, "_concatenated", None)
     if whole is None and internals.is_single_partition_broadcast(expr):  # else dask hashes a side of one too
-        whole = "right" if right.npartitions == 1 and expr.how in ("inner", "left", "leftsemi") else "left"
+        whole = "right" if right.npartitions == 1 and expr.how in BROADCAST_HOWS["right"] else "left"
     if whole == "right":
         kept, key, other, other_key = left, left_key, right, right_key
     elif whole == "left":

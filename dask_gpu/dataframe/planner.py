@@ -248,7 +248,7 @@ class PlannedMerge(internals.Merge):
         and it keeps at most a partition's target of its reads: no shuffle of either side, and no transfer."""
         if internals.is_single_partition_broadcast(self) or self.broadcast is False:
             return None
-        small = [side for side in ("right", "left") if self.how in BROADCAST_HOWS[side]
+        small = [side for side in ("right", "left") if self.how in partitioning.BROADCAST_HOWS[side]
                  and parquet.kept_whole(getattr(self, side))]
         return min(small, key=lambda side: parquet.kept_bytes(getattr(self, side)), default=None)
 
@@ -290,9 +290,6 @@ class PlannedMerge(internals.Merge):
         for name in names:
             sides[name] = change(sides[name])
         return internals.Merge(sides["left"], sides["right"], *self.operands[2:])
-
-
-BROADCAST_HOWS = {"left": ("inner", "right"), "right": ("inner", "left", "leftsemi")}  # side -> joins it may be in
 
 
 class PlannedSort(internals.SortValues):
