@@ -53,12 +53,20 @@ def test_the_data_is_dbgen_s_with_doubles_and_timestamps_and_reused(tables):
     assert lineitem.l_extendedprice.dtype == "float64" and str(lineitem.l_shipdate.dtype).startswith("datetime64")
 
 
+def test_answers_are_kept_beside_the_tables_and_read_back_the_same(tables, answers, monkeypatch):
+    kept = os.listdir(os.path.join(tables, data.ANSWERS))
+    assert len(kept) == len(data.QUERIES) and all(name.endswith(".parquet") for name in kept)
+    monkeypatch.setattr(data, "reference", lambda *args: pytest.fail("answered again, not read back"))
+    again = data.answers(tables, SCALE, data.QUERIES)
+    assert all(data.same(again[n], answers[n]) is None for n in data.QUERIES)
+
+
 def test_steps_made_side_by_side_hold_the_rows_of_one_step(tables, tmp_path, monkeypatch):
     monkeypatch.setattr(data, "STEP_SCALE", SCALE / 2)  # two steps
     monkeypatch.setattr(data, "STEP_MEMORY", 1)  # memory for both at once
     monkeypatch.setattr(data.os, "cpu_count", lambda: 2)
     lines = []
-    assert data.parallel_steps(data.steps(SCALE)) == 2 and data.log_lines(SCALE) == 2
+    assert data.parallel_steps(data.steps(SCALE), SCALE) == 2 and data.log_lines(SCALE) == 2
     assert data.generate(str(tmp_path), SCALE, lines.append)
     assert lines == ["wrote every table (step 1 of 2, 2 at once)", "wrote every table (step 2 of 2, 2 at once)"]
     for table in data.TABLES:
@@ -68,6 +76,19 @@ def test_steps_made_side_by_side_hold_the_rows_of_one_step(tables, tmp_path, mon
         key = list(whole.columns)
         pd.testing.assert_frame_equal(stepped.sort_values(key).reset_index(drop=True),
                                       whole.sort_values(key).reset_index(drop=True))
+
+
+@pytest.mark.parametrize("cores, memory, count, at_once", [
+    (16, 120, 32, 16),  # the memory of half the steps at once: two rounds, a core each
+    (64, 500, 64, 64),  # one round
+    (2, 22, 16, 2),  # few cores: steps of at most STEP_SCALE, two at a time
+    (16, 8, 100, 4),  # little memory: steps of scale factor 1, as many at once as it holds
+])
+def test_steps_fill_the_cores_in_as_few_rounds_as_the_memory_holds(monkeypatch, cores, memory, count, at_once):
+    monkeypatch.setattr(data.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(data, "_available_memory", lambda: memory * 2**30)
+    assert data.steps(100) == count and data.parallel_steps(count, 100) == at_once
+    assert data.steps(10) == 1 and data.steps(10.5) >= 2
 
 
 def test_a_full_disk_while_writing_the_data_is_one_line_that_says_where(tmp_path, monkeypatch):
