@@ -63,6 +63,7 @@ _LAZY = {
     "GroupByApplyConcatApply": ("dask.dataframe.dask_expr._groupby", "GroupByApplyConcatApply"),
     "GroupByChunk": ("dask.dataframe.dask_expr._groupby", "GroupByChunk"),
     "GroupByBase": ("dask.dataframe.dask_expr._groupby", "GroupByBase"),
+    "adjust_split_out_for_group_keys": ("dask.dataframe.dask_expr._groupby", "_adjust_split_out_for_group_keys"),
     "FunctionMap": ("dask.dataframe.dask_expr._accessor", "FunctionMap"),
     "Mean": ("dask.dataframe.dask_expr._reductions", "Mean"),
     "DropDuplicates": ("dask.dataframe.dask_expr._reductions", "DropDuplicates"),

@@ -16,6 +16,7 @@ LIMIT = 65_536  # footers kept; past it, they are read again
 SAMPLE_ROWS = 65_536  # rows of each sampled row group that a filter is tried on
 SAMPLES = 3  # row groups sampled, spread over those that may match
 SAMPLES_KEPT = 64  # sampled rows kept, each of a few row groups and columns; past it, they are read again
+FEW_DISTINCT = 1 / 1000  # distinct rows in a sample, as a share of its rows, under which it has seen them all
 
 _footers: dict = {}  # (path, size, modification time) -> Footer
 _samples: dict = {}  # (row groups' keys, columns) -> a table of those row groups' first rows of the columns
@@ -154,16 +155,33 @@ def selectivity(fs, groups, filters) -> float:
         return 1.0
     import pyarrow.parquet as pq
 
-    count = min(SAMPLES, len(groups))
-    picked = [groups[i * (len(groups) - 1) // max(count - 1, 1)] for i in range(count)]
     columns = tuple(sorted({term[0] for conjunction in filters for term in conjunction}))
     try:
         expression = pq.filters_to_expression([list(c) for c in filters])
-        rows = _sample(fs, picked, columns)
+        rows = _sample(fs, _picked(groups), columns)
         kept_rows = rows.filter(expression).num_rows
     except (TypeError, ValueError, NotImplementedError):  # a filter pyarrow cannot try (its errors derive from these)
         return 1.0
     return (kept_rows + 1) / (rows.num_rows + 1) if rows.num_rows else 1.0
+
+
+def distinct(fs, groups, columns) -> float:
+    """About how many distinct rows of ``columns`` ``groups`` hold, told from the first rows of a few of them (as
+    :func:`selectivity` samples them): the sample's count where the sample is all of the rows, or where it holds few
+    (at most :data:`FEW_DISTINCT` of its rows: the values of a flag or a category, all of them seen); else the
+    sample's share of distinct rows of all of them."""
+    rows = _sample(fs, _picked(groups), tuple(sorted(columns)))
+    seen = rows.group_by(list(columns)).aggregate([]).num_rows if rows.num_rows else 0
+    total = sum(g.rows for g in groups)
+    if rows.num_rows >= total or seen <= rows.num_rows * FEW_DISTINCT:
+        return seen
+    return total * seen / rows.num_rows
+
+
+def _picked(groups) -> list:
+    """The row groups a sample reads: :data:`SAMPLES`, spread over ``groups``."""
+    count = min(SAMPLES, len(groups))
+    return [groups[i * (len(groups) - 1) // max(count - 1, 1)] for i in range(count)]
 
 
 def _sample(fs, picked, columns: tuple):

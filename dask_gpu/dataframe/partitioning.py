@@ -36,14 +36,14 @@ def ranges(expr, name) -> tuple | None:
     if isinstance(expr, internals.ApplyConcatApply):
         return _aggregated(expr, name)
     passing = (internals.Projection, internals.Filter, internals.ToFrame, internals.ResetIndex, internals.Assign)
-    if isinstance(expr, passing) and name in _names(expr) and name in _names(expr.frame):
+    if isinstance(expr, passing) and name in names(expr) and name in names(expr.frame):
         if isinstance(expr, internals.Assign) and name in expr.keys:
             return None
         return ranges(expr.frame, name)
     return None
 
 
-def _names(expr) -> set:
+def names(expr) -> set:
     """The columns of ``expr``, the name of a series, and its index's name."""
     meta = expr._meta
     names = set(meta.columns) if hasattr(meta, "columns") else {getattr(meta, "name", None)}
@@ -57,7 +57,7 @@ def _aggregated(expr, name) -> tuple | None:
     if not expr.should_shuffle or expr.need_to_shuffle or split not in (True, frame.npartitions):
         return None
     if isinstance(expr, internals.DropDuplicates):
-        return ranges(frame, name) if name in _names(expr) else None
+        return ranges(frame, name) if name in names(expr) else None
     by = getattr(expr, "by", None)
     if isinstance(expr, internals.GroupByBase) and all(isinstance(b, str) for b in by) and name in by:
         return ranges(frame, name)
@@ -81,7 +81,7 @@ def _merged(expr, name) -> tuple | None:
         if same is None or same != ranges(right, right_key):
             return None
         return same if name in (left_key, right_key) else None
-    if name in _names(kept) and name not in _names(other):
+    if name in names(kept) and name not in names(other):
         return ranges(kept, name)
     if key is not None and name == other_key:  # equal to the kept side's key in each row joined
         return ranges(kept, key)

@@ -21,6 +21,9 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   a join, which then reads it again and again on the same GPU. A side made of reads that reads enough to matter
   (:func:`.parquet.copies`) is read in one task for each GPU worker instead, and each task of the other side
   takes its copy (:class:`Copies`): the tasks of a copy run where it is.
+- **One partition for few groups.** dask shuffles a group-by's chunks into several partitions where its input has
+  more than a few partitions; where a sample of its keys says its groups are few (:mod:`.groups`), they are
+  reduced in dask's tree into one.
 - **No tree of one partition.** dask reduces the chunks of a reduction or a group-by in a tree of tasks of its own,
   whatever their count. Of one chunk, the tree is one task applying the reduction's aggregate to it: a stage of
   its own, with a round trip through the scheduler before it and before each task after it. Applied where the
@@ -28,7 +31,8 @@ measures of size: a partition holds about ``gpu.partition-size`` of what the que
   one partition is one task, not two.
 
 :func:`planned` gives an expression the first three rules where it is a join or a sort; :func:`optimize`, which
-optimizes the collections' expressions, applies the others to the lowered expression before its tasks are fused,
+optimizes the collections' expressions, gives its group-bys one partition for few groups before it is lowered and
+applies the others to the lowered expression before its tasks are fused,
 and keeps what it made for a query of files, which a query run again takes as it is.
 """
 
@@ -42,7 +46,7 @@ import threading
 import dask
 
 from dask_gpu import internals
-from dask_gpu.dataframe import parquet, partitioning
+from dask_gpu.dataframe import groups, parquet, partitioning
 
 SORT_PARTITIONS = 4  # the most partitions sorted in one: a few partitions of about the target size
 
@@ -62,7 +66,7 @@ def optimize(expr, fuse: bool = True):
         if found is not None:
             _plans.move_to_end(key)
             return found
-    lowered = without_needless_stages(expr.optimize(fuse=False))
+    lowered = without_needless_stages(groups.in_one(expr).optimize(fuse=False))
     optimized = lowered.fuse() if fuse else lowered
     if key is not None:
         with _plans_lock:
