@@ -17,7 +17,12 @@ FEW = 1_000_000  # groups that one partition holds: a combine of a tree's chunks
 
 def in_one(expr):
     """``expr`` with each group-by whose output partitions dask would choose, and make several of, made into one
-    partition where its groups are few."""
+    partition where its groups are few; simplified first where it has such a group-by (dask's simplification of
+    a group-by of one partition given, before it simplifies the rest, can push a filter through a ``reset_index``
+    that its predicate's other copy of the group-by has dropped: TPC-H's query 15 then aligns its rows wrong)."""
+    if not any(_several(node) for node in expr.walk()):
+        return expr
+    expr = expr.simplify()
     for node in list(expr.walk()):
         if _several(node) and (found := estimate(node)) is not None and found <= FEW:
             expr = expr.substitute(node, node.substitute_parameters({"split_out": 1}))
