@@ -83,7 +83,7 @@ def gpu():
 @click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED, callback=_preload_argv)
 @click.option("--scheduler-file", help="File with the scheduler's address (dask scheduler --scheduler-file).")
 @click.option("--cuda-visible-devices", "visible", help="GPUs to use (indices or UUIDs); default: all visible.")
-@click.option("--nthreads", type=int, help="Threads per GPU worker [config gpu.nthreads: 1].")
+@click.option("--nthreads", type=int, help="Threads per GPU worker [config gpu.nthreads: 2].")
 @click.option("--memory-limit", default="default",
               help="Host memory per worker: bytes, '16GB', 'auto' (split the machine evenly), 0 (no limit), or "
                    "'default' (config gpu.memory-limit: auto).")

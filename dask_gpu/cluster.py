@@ -29,7 +29,7 @@ class LocalCUDACluster(SpecCluster):
     """A cluster of one worker per visible GPU on this machine.
 
     Each worker is a Nanny-managed process whose ``CUDA_VISIBLE_DEVICES`` puts its
-    own GPU first, with ``nthreads=1``, ``resources={"GPU": 1}``, and its process
+    own GPU first, with ``nthreads=2``, ``resources={"GPU": 1}``, and its process
     pinned to the CPU cores nearest its GPU. Keywords left as None fall back to
     the ``gpu.*`` configuration (``gpu.yaml``); the memory limits do so as "default".
     It takes every keyword of dask-cuda 26.10's LocalCUDACluster, with its meaning

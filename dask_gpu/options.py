@@ -39,7 +39,7 @@ ALLOCATOR_KEYS = (
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    nthreads: int = 1
+    nthreads: int = 2
     memory_limit: int | float | str = "auto"  # bytes, a fraction of the machine, or "auto" (split evenly)
     device_memory_limit: int | float | str = 0.8  # bytes, or a fraction of the device, or "auto"
     resources: Mapping[str, float] = field(default_factory=dict)

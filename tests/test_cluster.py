@@ -36,7 +36,7 @@ def test_workers_per_device_and_cpu_workers(simulate):
         assert cpu["CUDA_VISIBLE_DEVICES"] == ""
         assert gpu0["resources"] == {"GPU": 1, "MEM": 5} == gpu1["resources"]
         assert "GPU" not in cpu["resources"]
-        assert gpu0["nthreads"] == gpu1["nthreads"] == 1
+        assert gpu0["nthreads"] == gpu1["nthreads"] == 2
         assert {w["memory_limit"] for w in workers.values()} == {10**9}
         assert gpu0["device_memory_limit"] == 4 * 10**9 and gpu1["device_memory_limit"] == 8 * 10**9
         assert gpu0["device"]["uuid"] == cluster.devices[0][1].uuid

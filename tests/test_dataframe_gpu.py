@@ -225,6 +225,27 @@ def test_the_gpu_backend_reads_partitions_sized_for_the_gpu(client, tmp_path):
         assert dd.from_pandas(df, npartitions=2).to_backend("gpu").npartitions == 2
 
 
+def test_reads_on_threads_own_streams_equal_cudf_s_reader(tmp_path):
+    """Partitions read at once by two threads, each on its own stream, are what ``cudf.read_parquet`` reads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cudf
+
+    from dask_gpu.dataframe import parquet
+
+    df = frame(40_000, 11)[["k", "x", "s", "t", "n"]].reset_index(drop=True)
+    for i in range(2):
+        df.iloc[i * 20_000:(i + 1) * 20_000].to_parquet(tmp_path / f"p{i}.parquet", index=False, row_group_size=4_000)
+    jobs = [(((str(tmp_path / "p0.parquet"), (1, 3)), (str(tmp_path / "p1.parquet"), (0,))), ["x", "s", "t"]),
+            (((str(tmp_path / "p1.parquet"), (2, 3, 4)),), None)] * 4
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda job: parquet.read_pieces(*job, "cudf"), jobs))
+    for frame_read, (pieces, columns) in zip(got, jobs):
+        want = cudf.read_parquet([p for p, _ in pieces], columns=columns, row_groups=[list(g) for _, g in pieces],
+                                 use_pandas_metadata=False)
+        assert frame_read.to_pandas().equals(want.to_pandas())
+
+
 def test_sorted_files_and_small_sides_on_cudf(client, tmp_path):
     """On cuDF partitions: a group-by on the files' order key with no shuffle, joined back partition by partition,
     and a small side read once for the join's tasks; every answer pandas'."""

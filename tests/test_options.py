@@ -285,7 +285,7 @@ def test_ucx_transports_need_ucx(protocol):
 
 def test_resolve_defaults():
     opts = WorkerOptions.resolve()
-    assert opts.nthreads == 1
+    assert opts.nthreads == 2
     assert opts.memory_limit == "auto"
     assert opts.device_memory_limit == 0.8
     assert dict(opts.resources) == {}

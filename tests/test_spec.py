@@ -69,7 +69,7 @@ def test_gpu_worker_spec_each_position(selected, position, visible, name):
     assert opts["config"] == {"distributed.diagnostics.nvml": False}  # simulated: distributed must not monitor them
     assert opts["name"] == name
     assert opts["resources"] == {"GPU": 1}
-    assert opts["nthreads"] == 1
+    assert opts["nthreads"] == 2
     plugin = gpu_plugin(s)
     device = selected[position][1]
     assert plugin.device["label"] == name

@@ -26,6 +26,7 @@ import bisect
 import functools
 import itertools
 import math
+import threading
 
 from dask_gpu import internals
 from dask_gpu.dataframe import footers
@@ -211,6 +212,8 @@ def read_pieces(pieces, columns, engine: str, storage_options=None, keep=None):
 def _read(pieces, columns, engine: str, storage_options):
     paths, groups = [p for p, _ in pieces], [list(g) for _, g in pieces]
     if engine == "cudf":
+        if storage_options is None and not any("://" in path for path in paths):
+            return _read_on_own_stream(paths, columns, groups)
         import cudf
 
         return cudf.read_parquet(paths, columns=columns, row_groups=groups, use_pandas_metadata=False,
@@ -225,6 +228,36 @@ def _read(pieces, columns, engine: str, storage_options):
         with fs.open(path, "rb") as f:
             tables.append(pq.ParquetFile(f).read_row_groups(chosen, columns=columns, use_pandas_metadata=False))
     return pa.concat_tables(tables).replace_schema_metadata(None).to_pandas()  # as _empty(): see readable()
+
+
+def _read_on_own_stream(paths, columns, groups):
+    """Local files read as ``cudf.read_parquet`` reads them, but on this thread's CUDA stream (:func:`_stream`), not
+    the default stream: a read in one of a worker's threads then runs beside the kernels that its other thread's
+    tasks queue on the default stream."""
+    import cudf
+    import pylibcudf as plc
+
+    options = plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo(paths)).use_pandas_metadata(False).build()
+    if columns is not None:
+        options.set_column_names(list(columns))
+    options.set_row_groups(groups)
+    stream = _stream()
+    table = plc.io.parquet.read_parquet(options, stream=stream)
+    stream.synchronize()  # what uses the frame runs on the default stream, which does not wait for this one
+    return cudf.DataFrame.from_pylibcudf(table)
+
+
+def _stream():
+    """This thread's stream for reads, made at its first: one that does not wait for the default stream."""
+    stream = getattr(_streams, "stream", None)
+    if stream is None:
+        from rmm.pylibrmm.stream import CudaStreamFlags, Stream
+
+        stream = _streams.stream = Stream(flags=CudaStreamFlags.NON_BLOCKING)
+    return stream
+
+
+_streams = threading.local()
 
 
 def _empty(read, columns, engine: str):
