@@ -17,9 +17,8 @@ FEW = 1_000_000  # groups that one partition holds: a combine of a tree's chunks
 
 def in_one(expr):
     """``expr`` with each group-by whose output partitions dask would choose, and make several of, made into one
-    partition where its groups are few; simplified first where it has such a group-by (dask's simplification of
-    a group-by of one partition given, before it simplifies the rest, can push a filter through a ``reset_index``
-    that its predicate's other copy of the group-by has dropped: TPC-H's query 15 then aligns its rows wrong)."""
+    partition where its groups are few; simplified first where it has such a group-by (one partition given before
+    dask simplifies TPC-H's query 15 makes it filter the sums by a predicate on another index)."""
     if not any(_several(node) for node in expr.walk()):
         return expr
     expr = expr.simplify()
