@@ -63,12 +63,8 @@ def origin(expr, name):
         if len(sides) == 2 and name in _keys(expr.left_on) and _keys(expr.left_on) == _keys(expr.right_on):
             sides = [expr.right] if expr.how == "right" else [expr.left] if expr.how != "outer" else []
         return origin(sides[0], name) if len(sides) == 1 else None
-    passing = (internals.Projection, internals.Filter, internals.ToFrame, internals.ResetIndex, internals.Assign)
-    if not isinstance(expr, passing) or name not in partitioning.names(expr.frame):
-        return None
-    if isinstance(expr, internals.Assign) and name in expr.keys:
-        return None
-    return origin(expr.frame, name)
+    below = partitioning.kept_below(expr, name)
+    return origin(below, name) if below is not None else None
 
 
 def _keys(on) -> list:

@@ -35,12 +35,19 @@ def ranges(expr, name) -> tuple | None:
         return _merged(expr, name)
     if isinstance(expr, internals.ApplyConcatApply):
         return _aggregated(expr, name)
+    below = kept_below(expr, name)
+    return ranges(below, name) if below is not None else None
+
+
+def kept_below(expr, name):
+    """The frame under ``expr`` whose ``name`` (a column or the index) is ``expr``'s, each row's value unchanged:
+    through selections, filters, ``to_frame``, ``reset_index`` and assignments of other columns; None otherwise."""
     passing = (internals.Projection, internals.Filter, internals.ToFrame, internals.ResetIndex, internals.Assign)
-    if isinstance(expr, passing) and name in names(expr) and name in names(expr.frame):
-        if isinstance(expr, internals.Assign) and name in expr.keys:
-            return None
-        return ranges(expr.frame, name)
-    return None
+    if not isinstance(expr, passing) or name not in names(expr) or name not in names(expr.frame):
+        return None
+    if isinstance(expr, internals.Assign) and name in expr.keys:
+        return None
+    return expr.frame
 
 
 def names(expr) -> set:

@@ -97,7 +97,7 @@ def steps(scale: float) -> int:
     if scale <= STEP_SCALE:
         return 1
     cores = os.cpu_count() or 1
-    rounds = max(1, math.ceil(scale * STEP_MEMORY / STEP_SCALE / _available_memory()))
+    rounds = max(1, math.ceil(_memory(scale) / _available_memory()))
     return max(math.ceil(scale / STEP_SCALE), min(cores * rounds, math.ceil(scale)))
 
 
@@ -110,8 +110,12 @@ def log_lines(scale: float) -> int:
 def parallel_steps(count: int, scale: float) -> int:
     """How many of ``count`` steps of ``scale`` run at once: one a core, each with the memory its share of
     :data:`STEP_MEMORY` takes free."""
-    step_memory = STEP_MEMORY * scale / count / STEP_SCALE
-    return int(max(1, min(count, os.cpu_count() or 1, _available_memory() // step_memory)))
+    return int(max(1, min(count, os.cpu_count() or 1, _available_memory() // _memory(scale / count))))
+
+
+def _memory(scale: float) -> float:
+    """What a step of ``scale`` takes in DuckDB's memory: its share of :data:`STEP_MEMORY`."""
+    return STEP_MEMORY * scale / STEP_SCALE
 
 
 def _available_memory() -> int:
