@@ -297,7 +297,8 @@ def _write_data(module, plan) -> None:
                    "against scikit-learn.")
 @click.option("--size", type=click.Choice(["small", "medium", "full"]), default="small", show_default=True,
               help="The dataframe suite has small (200,000 rows) and full (200 million rows, 40 files); the tpch "
-                   "suite small (scale factor 0.01) and full (10); the ml suite small (2,000 rows) and full (100,000).")
+                   "suite small (scale factor 0.01) and full (10); the ml suite small (2,000 rows a search, 20,000 a "
+                   "model) and full (100,000 and 50 million).")
 @click.option("--shape", type=click.IntRange(min=1), help="Side of the square array (overrides --size; array suite).")
 @click.option("--chunks", type=click.IntRange(min=1), help="Side of a square chunk (overrides --size; array suite).")
 @click.option("--rows", type=click.IntRange(min=1), help="Rows of the dataframe suite's table (overrides --size).")
@@ -311,7 +312,7 @@ def _write_data(module, plan) -> None:
                                "small-files or one-file [default: suite].")
 @click.option("--workloads", help="Comma-separated, from sum, mean, svd, transpose (array), read, groupby-low, "
                                   "groupby-high, merge, sort, shuffle, q1, q3 (dataframe), q1 ... q22 (tpch) or "
-                                  "pca, ridge, logistic (ml) "
+                                  "pca, ridge, logistic, kmeans, linear (ml) "
                                   "[default: all].")
 @click.option("--compare", type=click.Choice(["dask-cuda"]), help="Run the GPU columns on dask-cuda's cluster too.")
 @click.option("--engines", help="Columns, comma-separated: of the tpch suite from duckdb, polars, pandas, dask-gpu, "
@@ -335,7 +336,8 @@ def bench(suite, size, shape, chunks, rows, scale, data_dir, layout, workloads, 
     """The seeds' workloads on one CPU core, all cores, one GPU and all GPUs here: the seed's table. With
     --suite dataframe: dataframe workloads on pandas workers, dask-gpu's GPUs and cuDF in one process. With
     --suite tpch: the 22 TPC-H queries on DuckDB, Polars, pandas workers, dask-gpu's GPUs and cudf-polars. With
-    --suite ml: the same grid searches by scikit-learn on every core and with each fit on a GPU worker."""
+    --suite ml: the same grid searches by scikit-learn on every core and with each fit on a GPU worker, and
+    KMeans and LinearRegression by scikit-learn, by cuML on one GPU and by cuML's Dask estimators across the GPUs."""
     from dask_gpu.benchmarks.common import Options
 
     _check_suite_options(suite, {"--shape": shape, "--chunks": chunks, "--cpu-budget": cpu_budget, "--rows": rows,

@@ -177,25 +177,29 @@ def gpu_client(stack, kind: str, count: int, protocol: str):
     return stack.enter_context(Client(stack.enter_context(cluster)))
 
 
-def run_columns(result, columns, names, open_column, measure, progress=None, checkpoint=None) -> dict:
+def run_columns(result, columns, names, open_column, measure, progress=None, checkpoint=None, runs=None) -> dict:
     """Every workload of ``names`` in each column, on what ``open_column(kind, count)`` opens once per column;
-    ``measure(context, name, count)`` gives a run's fields. ``progress(label)`` is called before each run and
-    ``checkpoint(result)`` after each column, so that a run stopped part way keeps what it measured."""
+    ``measure(context, name, count)`` gives a run's fields. ``runs(kind, name)``, where given, says which
+    workloads a column of that kind runs (the others are left out of it). ``progress(label)`` is called before
+    each run and ``checkpoint(result)`` after each column, so that a run stopped part way keeps what it
+    measured."""
     kinds = {label: (kind, count) for label, kind, count in columns}
     for label, kind, count in columns:
-        done = []
+        done, mine = [], [name for name in names if runs is None or runs(kind, name)]
+        if not mine:
+            continue
         try:
             began = time.perf_counter()
             with open_column(kind, count) as context:
                 result.setdefault("startup", {})[label] = {"seconds": time.perf_counter() - began,
                                                            **worker_startup(context)}
-                for name in names:
+                for name in mine:
                     if progress:
                         progress(f"{name} on {label}")
                     done.append({"workload": name, "architecture": label, **measure(context, name, count)})
         except Exception as e:  # a cluster that fails to start or stop is a result too
             error = {"architecture": label, "error": error_text(e)}
-            done += [{"workload": name, **error} for name in names[len(done):]]
+            done += [{"workload": name, **error} for name in mine[len(done):]]
         result["runs"] += done
         result["scaling"] = scaling(result["runs"], kinds)
         if checkpoint:

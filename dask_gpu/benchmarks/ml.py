@@ -1,14 +1,21 @@
-"""The ml suite of ``dask gpu bench``: one hyper-parameter search, run by scikit-learn on every core (its
-``GridSearchCV`` with ``n_jobs=-1``: joblib's processes, one fit each) and by Dask-ML on dask-gpu's GPU
-workers (each fit on a GPU, scikit-learn computing on CuPy arrays through its Array API dispatch:
-:mod:`dask_gpu.ml`).
+"""The ml suite of ``dask gpu bench``: hyper-parameter searches, and models trained once on many rows.
 
-One GPU also runs 4 fits at once (``fits_per_gpu``), which overlaps one fit's host-side steps with another's
-kernels. Every column searches the same grid with the same 4 folds (``KFold``, unshuffled) on the same data,
-drawn here from a fixed seed: ``rows`` samples of a rank-``features/4`` signal plus noise, a regression
-target and 4 classes. None refits. The scikit-learn column's mean test scores are the reference that each GPU
-column's must match (to 1e-3 of their value: the GPU sums in another order, and the logistic regression's
-solver stops where its tolerance says).
+**Searches.** One grid search, run by scikit-learn on every core (its ``GridSearchCV`` with ``n_jobs=-1``:
+joblib's processes, one fit each) and by Dask-ML on dask-gpu's GPU workers (each fit on a GPU, scikit-learn
+computing on CuPy arrays through its Array API dispatch: :mod:`dask_gpu.ml`). One GPU also runs 4 fits at
+once (``fits_per_gpu``), which overlaps one fit's host-side steps with another's kernels. Every column
+searches the same grid with the same 4 folds (``KFold``, unshuffled) on the same data, drawn here from a
+fixed seed: ``rows`` samples of a rank-``features/4`` signal plus noise, a regression target and 4 classes.
+None refits. The scikit-learn column's mean test scores are the reference that each GPU column's must match
+(to 1e-3 of their value: the GPU sums in another order, and the logistic regression's solver stops where its
+tolerance says).
+
+**Models.** KMeans (8 clusters) and LinearRegression on 16 float32 features, trained on all the rows: by
+scikit-learn on every core, by cuML on one GPU in this process, and by cuML's Dask estimators
+(``cuml.dask``) across the GPU workers, where the rows are made, chunk by chunk from seeds of their own,
+on the workers that hold them. Where cuML is not installed on the GPU workers (simulated GPUs), Dask-ML's
+KMeans and LinearRegression train on NumPy chunks instead, and the table says so. Each model is scored on
+the first rows (KMeans' inertia, LinearRegression's R²), which must be within 1% of scikit-learn's.
 """
 
 from __future__ import annotations
@@ -32,13 +39,20 @@ from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
 
-SIZES = {"small": 2_000, "full": 100_000}  # rows
+SIZES = {"small": 2_000, "full": 100_000}  # rows of a search
+MODEL_ROWS = {"small": 20_000, "full": 50_000_000}  # rows a model is trained on
+CHUNKS = {"small": 8, "full": 64}  # the models' rows, in chunks made from seeds of their own
+SAMPLE = 1_000_000  # the first rows, on which each trained model is scored
+CLUSTERS = 8
+MODEL_FEATURES = 16
+MODEL_RTOL = 0.01
 FOLDS = 4
 SEED = 2026
 CLASSES = 4
 RTOL = 1e-3
 AT_ONCE = 4  # fits at once on one GPU in the shared column: host-side steps of one overlap another's kernels
-LIBRARIES = ("scikit-learn", "dask-ml", "scipy", "numpy", "cupy-cuda13x", "cupy-cuda12x")
+LIBRARIES = ("scikit-learn", "dask-ml", "scipy", "numpy", "cupy-cuda13x", "cupy-cuda12x", "cuml-cu13", "cuml-cu12",
+             "raft-dask-cu13", "raft-dask-cu12")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +91,43 @@ WORKLOADS = {
 
 
 @dataclasses.dataclass(frozen=True)
+class Model:
+    text: str  # what it trains, for the table
+    target: str | None  # "y", or None (unsupervised)
+    score: Callable  # (fitted model, sample) -> its score on the sample
+
+
+def _inertia(model, sample) -> float:
+    """The sum of squared distances from each row of the sample to its nearest centre."""
+    x, centers = sample["X"].astype(np.float64), _host(model.cluster_centers_).astype(np.float64)
+    distances = (x * x).sum(1)[:, None] - 2 * x @ centers.T + (centers * centers).sum(1)[None, :]
+    return float(np.maximum(distances.min(1), 0).sum())
+
+
+def _r2(model, sample) -> float:
+    x, y = sample["X"].astype(np.float64), sample["y"].astype(np.float64)
+    predicted = x @ _host(model.coef_).astype(np.float64).ravel() + float(_host(model.intercept_).ravel()[0])
+    return float(1 - ((y - predicted) ** 2).sum() / ((y - y.mean()) ** 2).sum())
+
+
+MODELS = {
+    "kmeans": Model(f"KMeans, {CLUSTERS} clusters, by inertia on the first rows", None, _inertia),
+    "linear": Model("LinearRegression, by R² on the first rows", "y", _r2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan(common.Plan):
     rows: int
+    model_rows: int = 0
+
+    @property
+    def steps(self) -> int:
+        return sum(runs(kind, name) for _, kind, _ in self.columns for name in self.workloads)
 
 
 def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, protocol=None, repeat=1,
-         timeout=None) -> Plan:
+         timeout=None, model_rows=None) -> Plan:
     """Checks every argument (a ``ValueError`` that names the bad one) and settles the columns."""
     if size not in SIZES:
         raise ValueError(f"--size {size}: the ml suite has {' and '.join(SIZES)}")
@@ -95,12 +140,15 @@ def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, proto
     if rows < 2 * FOLDS * CLASSES:
         raise ValueError(f"rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
                          f"not {rows}")
-    names, cols, timeout = tuple(workloads or WORKLOADS), columns(gpus), timeout or TIMEOUT
+    model_rows = MODEL_ROWS[size] if model_rows is None else int(model_rows)
+    if model_rows < CHUNKS[size] * CLUSTERS:
+        raise ValueError(f"model_rows must be at least {CHUNKS[size] * CLUSTERS}, not {model_rows}")
+    names, cols, timeout = tuple(workloads or [*WORKLOADS, *MODELS]), columns(gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
-    check_options(names, WORKLOADS, compare, protocol, repeat, timeout)
+    check_options(names, {**WORKLOADS, **MODELS}, compare, protocol, repeat, timeout)
     cols, notes = gpu_notes(cols, None)
     return Plan(size=size, workloads=names, columns=tuple(cols), notes=tuple(notes), protocol=protocol,
-                repeat=int(repeat), timeout=timeout, rows=rows)
+                repeat=int(repeat), timeout=timeout, rows=rows, model_rows=model_rows)
 
 
 def planned(options) -> Plan:
@@ -110,12 +158,19 @@ def planned(options) -> Plan:
 
 
 def columns(gpus=None) -> list[tuple[str, str, int]]:
-    """(label, kind, count): scikit-learn on every core, dask-gpu's GPU columns (one fit at a time on each GPU),
-    and one GPU with AT_ONCE fits at a time."""
+    """(label, kind, count): scikit-learn on every core, cuML on one GPU in this process (where it is installed),
+    dask-gpu's GPU columns (one fit at a time on each GPU), and one GPU with AT_ONCE fits at a time."""
     cores = os.cpu_count() or 1
     counts = gpu_counts(gpus, available_gpus(("cupy",), find_spec))
+    cuml = [("cuML, 1 GPU", "cuml", 1)] if 1 in counts and find_spec("cuml") is not None else []
     shared = [(f"dask-gpu, 1 GPU, {AT_ONCE} fits at once", "gpu-shared", 1)] if 1 in counts else []
-    return [(f"scikit-learn, {cores} cores", "cpu", cores), *gpu_columns(counts, None, "dask-gpu, "), *shared]
+    return [(f"scikit-learn, {cores} cores", "cpu", cores), *cuml, *gpu_columns(counts, None, "dask-gpu, "), *shared]
+
+
+def runs(kind: str, name: str) -> bool:
+    """Whether a column of ``kind`` runs workload ``name``: searches everywhere but on cuML alone, models
+    everywhere but where several fits share a GPU."""
+    return kind != "cuml" if name in WORKLOADS else kind != "gpu-shared"
 
 
 def data(rows: int, features: int, seed: int = SEED) -> dict:
@@ -131,19 +186,59 @@ def data(rows: int, features: int, seed: int = SEED) -> dict:
     return {"X": x, "y": y, "classes": classes}
 
 
+def bounds(rows: int, chunks: int) -> list[tuple[int, int]]:
+    """The models' rows cut into ``chunks`` (start, stop) as even as they go."""
+    edges = np.linspace(0, rows, chunks + 1).astype(int)
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+def chunk(index: int, start: int, stop: int, seed: int = SEED) -> dict:
+    """Rows ``start:stop`` of the models' data, float32: 8 blobs whose centres lie 20 apart on orthogonal
+    axes (every k-means run that starts well finds them), and y a linear function of X plus noise. Made from
+    the seed and the chunk's index alone, so that any process makes the same rows."""
+    common_rng = np.random.default_rng(seed)
+    axes, _ = np.linalg.qr(common_rng.standard_normal((MODEL_FEATURES, MODEL_FEATURES)))
+    centers, weights = (20 / np.sqrt(2)) * axes[:CLUSTERS], common_rng.standard_normal(MODEL_FEATURES)
+    rng = np.random.default_rng((seed, index))
+    x = centers[rng.integers(0, CLUSTERS, stop - start)].astype(np.float32)
+    x += rng.standard_normal((stop - start, MODEL_FEATURES), dtype=np.float32)
+    y = x @ weights.astype(np.float32) + rng.standard_normal(stop - start, dtype=np.float32)
+    return {"X": x, "y": y}
+
+
+def model_data(rows: int, chunks: int) -> dict:
+    """All the models' rows, here."""
+    parts = [chunk(i, start, stop) for i, (start, stop) in enumerate(bounds(rows, chunks))]
+    return {key: np.concatenate([part[key] for part in parts]) for key in ("X", "y")}
+
+
 def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
-    """Every workload in every column; ``progress(label)`` before each, ``status(text)`` before its warm-up and
-    timed runs, ``checkpoint(result)`` after each column."""
+    """Every workload in every column that runs it; ``progress(label)`` before each, ``status(text)`` before its
+    warm-up and timed runs, ``checkpoint(result)`` after each column."""
+    searches = [name for name in plan.workloads if name in WORKLOADS]
+    models = [name for name in plan.workloads if name in MODELS]
     result = {"suite": "ml", "size": plan.size, "rows": plan.rows, "folds": FOLDS, "candidates": 8,
-              "features": {name: WORKLOADS[name].features[plan.size] for name in plan.workloads},
+              "features": {name: WORKLOADS[name].features[plan.size] for name in searches},
               "protocol": plan.protocol, "repeat": plan.repeat,
-              "workloads": {name: WORKLOADS[name].text for name in plan.workloads}, "machine": machine_dict(),
-              "libraries": libraries(), "columns": [label for label, _, _ in plan.columns], "runs": [],
-              "notes": list(plan.notes)}
-    datasets = {name: data(plan.rows, WORKLOADS[name].features[plan.size]) for name in plan.workloads}
+              "workloads": {name: (WORKLOADS.get(name) or MODELS[name]).text for name in plan.workloads},
+              "machine": machine_dict(), "libraries": libraries(), "runs": [], "notes": list(plan.notes),
+              "columns": [label for label, kind, _ in plan.columns if any(runs(kind, n) for n in plan.workloads)]}
+    if models:
+        result.update(model_rows=plan.model_rows, model_features=MODEL_FEATURES, chunks=CHUNKS[plan.size],
+                      sample_rows=min(SAMPLE, plan.model_rows))
+    datasets = {name: data(plan.rows, WORKLOADS[name].features[plan.size]) for name in searches}
+    whole = {}  # the models' rows, made here once the first column needs them
     references = {}
 
     def measure(engine, name, count):
+        if name in MODELS:
+            if not whole:
+                whole.update(model_data(plan.model_rows, CHUNKS[plan.size]))
+            row = _train(engine, name, whole, (plan.model_rows, CHUNKS[plan.size]), plan.repeat, status)
+            if "score" in row:
+                reference = references.setdefault(name, row["score"])
+                row["correct"] = abs(row["score"] - reference) <= MODEL_RTOL * abs(reference)
+            return row
         row = _measure(engine, name, datasets[name], plan.repeat, status)
         if "scores" in row:
             references.setdefault(name, row["scores"])  # the first column, scikit-learn's
@@ -159,7 +254,8 @@ def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
 
     engine_notes = []
     return run_columns(result, list(plan.columns), list(plan.workloads),
-                       lambda kind, count: _column(kind, count, plan.protocol, engine_notes), measure, progress, keep)
+                       lambda kind, count: _column(kind, count, plan.protocol, engine_notes, bool(models)),
+                       measure, progress, keep, runs)
 
 
 def libraries() -> dict:
@@ -197,15 +293,48 @@ def _measure(engine, name, arrays, repeat, status=None) -> dict:
     return row
 
 
+def _train(engine, name, whole, shape, repeat, status=None) -> dict:
+    """A warm-up fit, then ``repeat`` timed ones, of model ``name`` on all the rows; the last one's score on the
+    first rows."""
+    times = []
+    try:
+        with engine.rows(whole, *shape) as (x, y):
+            for i in range(1 + repeat):
+                if status:
+                    status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
+                gc.collect()
+                start = time.perf_counter()
+                model = engine.train(name, x, y if MODELS[name].target else None)
+                times.append(time.perf_counter() - start)
+        sample = {key: value[:SAMPLE] for key, value in whole.items()}
+        score = MODELS[name].score(model, sample)
+    except Exception as e:  # a failing workload is a result, not the end of the table
+        return {"error": error_text(e)}
+    row = {"first_seconds": times[0], "seconds": min(times[1:]), "score": score}
+    if repeat > 1:
+        row["all_seconds"] = times[1:]
+    return row
+
+
 def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
+def _host(array) -> np.ndarray:
+    """A fitted attribute as NumPy: CuPy's and cuDF's come back from the device."""
+    if hasattr(array, "to_numpy"):
+        array = array.to_numpy()
+    return np.asarray(array.get() if hasattr(array, "__cuda_array_interface__") else array)
+
+
 @contextmanager
-def _column(kind, count, protocol, notes):
-    """The engine of one column: scikit-learn here, or a GPU cluster started once."""
+def _column(kind, count, protocol, notes, models=False):
+    """The engine of one column: scikit-learn or cuML here, or a GPU cluster started once."""
     if kind == "cpu":
         yield _ScikitLearn()
+        return
+    if kind == "cuml":
+        yield _CuML()
         return
     from dask_gpu.ml import on_gpus
 
@@ -226,11 +355,14 @@ def _column(kind, count, protocol, notes):
             client = gpu_client(stack, kind, count, protocol)
         gpus = stack.enter_context(on_gpus(client, fits_per_gpu=at_once))
         notes.append(f"dask-gpu on {gpus}")
-        yield _GPUs(client, gpus)
+        engine = _GPUs(client, gpus)
+        if models and kind == "gpu":
+            notes.append(f"models on dask-gpu: {engine.trainer()}")
+        yield engine
 
 
 class _ScikitLearn:
-    """scikit-learn's GridSearchCV on NumPy arrays, every core busy (joblib's processes)."""
+    """scikit-learn on NumPy arrays, every core busy: GridSearchCV's joblib processes, the models' threads."""
 
     client = None
 
@@ -243,12 +375,54 @@ class _ScikitLearn:
 
         return GridSearchCV(estimator, grid, cv=KFold(FOLDS), n_jobs=-1, refit=False).fit(x, y)
 
+    @contextmanager
+    def rows(self, whole, rows, chunks):
+        yield whole["X"], whole["y"]
+
+    def train(self, name, x, y):
+        from sklearn.cluster import KMeans
+        from sklearn.linear_model import LinearRegression
+
+        return (KMeans(CLUSTERS, random_state=SEED) if name == "kmeans" else LinearRegression()).fit(x, y)
+
+
+class _CuML:
+    """cuML on one GPU, in this process, on CuPy arrays copied there once."""
+
+    client = None
+
+    @contextmanager
+    def rows(self, whole, rows, chunks):
+        import cupy
+
+        x, y = cupy.asarray(whole["X"]), cupy.asarray(whole["y"])
+        try:
+            yield x, y
+        finally:
+            del x, y
+            gc.collect()
+            cupy.get_default_memory_pool().free_all_blocks()
+
+    def train(self, name, x, y):
+        from cuml.cluster import KMeans
+        from cuml.linear_model import LinearRegression
+
+        return (KMeans(n_clusters=CLUSTERS, random_state=SEED) if name == "kmeans" else LinearRegression()).fit(x, y)
+
 
 class _GPUs:
-    """Dask-ML's GridSearchCV with every fit on a GPU worker, the data there as the estimators' arrays."""
+    """Dask-ML's GridSearchCV with every fit on a GPU worker, the data there as the estimators' arrays; and
+    cuML's Dask estimators (Dask-ML's where cuML is not on the workers) on rows made on the GPU workers."""
 
     def __init__(self, client, gpus):
         self.client, self.gpus = client, gpus
+        self.cuml = gpus.device and all(self.client.run(_has_cuml, workers=gpus.workers).values())
+
+    def trainer(self) -> str:
+        if self.cuml:
+            return "cuML's Dask estimators on CuPy chunks"
+        why = "simulated GPUs" if self.gpus.simulated else "cuML is not installed there"
+        return f"Dask-ML's KMeans and LinearRegression on NumPy chunks ({why})"
 
     @contextmanager
     def data(self, x, y):
@@ -259,6 +433,43 @@ class _GPUs:
         from sklearn.model_selection import KFold
 
         return GridSearchCV(estimator, grid, cv=KFold(FOLDS), refit=False).fit(x, y)
+
+    @contextmanager
+    def rows(self, whole, rows, chunks):
+        """The rows made chunk by chunk on the GPU workers, from the chunks' seeds, and kept there."""
+        import dask
+        import dask.array as da
+        from distributed import futures_of, wait
+
+        parts = [dask.delayed(chunk, pure=True)(i, start, stop) for i, (start, stop) in enumerate(bounds(rows, chunks))]
+        arrays = [da.concatenate([da.from_delayed(part[key], (stop - start, *shape), np.float32)
+                                  for part, (start, stop) in zip(parts, bounds(rows, chunks))])
+                  for key, shape in (("X", (MODEL_FEATURES,)), ("y", ()))]
+        x, y = self.gpus.scatter(*arrays)
+        wait(futures_of([x, y]))
+        try:
+            yield x, y
+        finally:
+            del x, y
+
+    def train(self, name, x, y):
+        if self.cuml:
+            from cuml.dask.cluster import KMeans
+            from cuml.dask.linear_model import LinearRegression
+
+            model = (KMeans(n_clusters=CLUSTERS, random_state=SEED, client=self.client) if name == "kmeans"
+                     else LinearRegression(client=self.client))
+        else:
+            from dask_ml.cluster import KMeans
+            from dask_ml.linear_model import LinearRegression
+
+            model = (KMeans(n_clusters=CLUSTERS, random_state=SEED) if name == "kmeans"
+                     else LinearRegression(solver="newton"))
+        return model.fit(x) if y is None else model.fit(x, y)
+
+
+def _has_cuml() -> bool:
+    return find_spec("cuml") is not None
 
 
 def ratios(runs: list[dict], columns) -> list[dict]:
@@ -271,8 +482,14 @@ def ratios(runs: list[dict], columns) -> list[dict]:
 
 
 def table(result: dict) -> str:
-    head = (f"{result['rows']:,} rows, {FOLDS} folds, 8 candidates: {8 * FOLDS} fits a search, no refit; each time "
-            f"is the best of {result['repeat']} after a warm-up run")
+    heads = []
+    if result["features"]:
+        heads.append(f"searches: {result['rows']:,} rows, {FOLDS} folds, 8 candidates: {8 * FOLDS} fits a search, "
+                     "no refit")
+    if "model_rows" in result:
+        heads.append(f"models: {result['model_rows']:,} rows x {result['model_features']} float32 features in "
+                     f"{result['chunks']} chunks, scored on the first {result['sample_rows']:,}")
+    head = "; ".join(heads) + f"; each time is the best of {result['repeat']} after a warm-up run"
     lines = [head, runs_table(result, ok=" ✓")]
     if result.get("ratios"):
         names = list(result["workloads"])
@@ -286,4 +503,5 @@ def table(result: dict) -> str:
 
 def plot(result: dict, path: str) -> None:
     """A bar chart of the table, log scale, one group per workload (needs matplotlib)."""
-    bar_chart(result, path, f"{result['rows']:,} rows, {8 * FOLDS} fits a search")
+    bar_chart(result, path, f"{result['rows']:,} rows, {8 * FOLDS} fits a search"
+              + (f"; models on {result['model_rows']:,} rows" if "model_rows" in result else ""))

@@ -361,7 +361,10 @@ def setup_rmm_for_libraries(options: AllocatorOptions, spill: Callable[[int], in
     With ``ipc`` (a worker whose transfers go over UCX), a pool of cudaMalloc's memory instead, as CuPy's pool
     is: UCX maps another process's cudaMalloc memory over NVLink (CUDA IPC), but not cudaMallocAsync's, whose
     bytes it copies through staging buffers (a cuDF frame between two H200s: 0.3 GB/s from cudaMallocAsync,
-    135 GB/s from the pool). The pool starts at a sixteenth of the device, and doubles as it needs to."""
+    135 GB/s from the pool). The pool starts at a sixteenth of the device, and doubles as it needs to.
+
+    cuDF and cuML point CuPy at RMM as they are imported (``rmm_cupy_allocator``), so that from then on
+    this one resource serves CuPy, cuDF and cuML."""
     import rmm
 
     if options.allocator == "managed":
