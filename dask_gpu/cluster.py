@@ -16,6 +16,7 @@ from distributed.core import Status
 from distributed.utils import NoOpAwaitable
 
 from dask_gpu import devices, internals, parse
+from dask_gpu.array import start as arrays
 from dask_gpu.dataframe import start
 from dask_gpu.dataframe.scheduler import shuffle_mode
 from dask_gpu.dataframe.sizing import partition_size
@@ -118,13 +119,16 @@ class LocalCUDACluster(SpecCluster):
                          security=options.security, silence_logs=options.silence_logs, **options.spec_cluster)
 
     def _prepare_this_process(self) -> None:
-        """What the client and the scheduler here need as the workers start: dask-cudf warmed, cuDF's spilling,
-        UCX's settings."""
-        self._warming = None
+        """What the client and the scheduler here need as the workers start: CuPy's serializers and dask-cudf
+        warmed, cuDF's spilling, UCX's settings."""
+        self._warming = []
+        if self.devices and not all(d.simulated for _, d in self.devices):
+            self._warming.append(arrays.warm_client())  # for the first CuPy result, while the workers start
         if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
             from dask_gpu.dataframe import backend  # dask.dataframe: only where cuDF's partitions are asked for
 
-            self._warming = start.warm_client(backend.cudf_backend)  # the client's dask-cudf, while the workers start
+            self._warming.append(start.warm_client(backend.cudf_backend))  # the client's dask-cudf, meanwhile
+        self._warming = [thread for thread in self._warming if thread is not None]
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
@@ -166,8 +170,8 @@ class LocalCUDACluster(SpecCluster):
 
     async def _close(self):
         await super()._close()
-        if self._warming is not None:  # not torn down with the interpreter half way through an import
-            await asyncio.get_running_loop().run_in_executor(None, self._warming.join, 60)
+        for thread in self._warming:  # not torn down with the interpreter half way through an import
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, 60)
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()
             self._undo_cudf_spill = None

@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -15,8 +16,11 @@ from distributed import WorkerPlugin
 from distributed.core import Status
 
 from dask_gpu import internals
+from dask_gpu.array import start as arrays
 from dask_gpu.imports import cancel, when_imported
 from dask_gpu.kernel_cache import use_kernel_cache
+
+logger = logging.getLogger("dask_gpu")
 
 
 class GPUWorker(WorkerPlugin):
@@ -40,7 +44,8 @@ class GPUWorker(WorkerPlugin):
         self.allocator = allocator
         self.cudf_spill = tuple(cudf_spill)  # (on, statistics level)
         self.warm_cudf = warm_cudf
-        self.warmed_seconds = None  # what getting arrays (and cuDF, where warmed) ready took
+        self.warmed_seconds = None  # what getting arrays (and cuDF, where warmed) ready took, once done
+        self.warming = None  # the thread that gets them ready
 
     def setup(self, worker):
         from dask_gpu.memory import stats
@@ -53,16 +58,25 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
-        from dask_gpu.array import start as arrays
-
-        self.warmed_seconds = arrays.warm(bool(self.device.get("simulated")))  # before the worker registers
-        if self.warm_cudf:  # before the worker registers: no task runs meanwhile
-            from dask_gpu.dataframe import start
-
-            self.warmed_seconds += start.warm_worker(worker)  # shown by dask gpu bench
+        self.warming = threading.Thread(target=self._warm, args=(worker,), name=arrays.WARMING, daemon=True)
+        self.warming.start()
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)
+
+    def _warm(self, worker):
+        """dask.array and CuPy ready (:mod:`dask_gpu.array.start`), and cuDF where asked, beside the worker's
+        registration: the worker takes tasks as soon as it has registered, and a task that needs what is still
+        being imported waits only for the rest of that import. ``warmed_seconds``: what it took, once done."""
+        try:
+            seconds = arrays.warm(bool(self.device.get("simulated")))
+            if self.warm_cudf:
+                from dask_gpu.dataframe import start
+
+                seconds += start.warm_worker(worker)
+            self.warmed_seconds = seconds  # shown by dask gpu bench
+        except Exception as e:  # noqa: BLE001  a task that needs it raises it, where the user looks
+            logger.warning("worker %s did not get arrays ready as it started: %r", worker.name, e)
 
     def _prepare_allocator(self, worker):
         """The allocator, with spilling on allocation failure, before the first allocation.

@@ -310,8 +310,12 @@ def worker_startup(context) -> dict:
     return {"worker_ready_seconds": max(warmed)} if warmed else {}
 
 
-def _warmed(dask_worker):
+async def _warmed(dask_worker):
+    """What getting ready took the worker, once it is done (it runs beside the worker's registration)."""
     plugin = dask_worker.plugins.get("dask-gpu")
+    warming = getattr(plugin, "warming", None)
+    if warming is not None:
+        await asyncio.get_running_loop().run_in_executor(None, warming.join, 60)
     return getattr(plugin, "warmed_seconds", None)
 
 
