@@ -11,7 +11,7 @@ from click.testing import CliRunner
 pytest.importorskip("sklearn")
 pytest.importorskip("dask_ml")
 
-from dask_gpu.benchmarks import ml  # noqa: E402
+from dask_gpu.benchmarks import ml, models  # noqa: E402
 from dask_gpu.cli import gpu  # noqa: E402
 
 CPU = f"scikit-learn, {os.cpu_count()} cores"
@@ -30,9 +30,9 @@ def test_the_small_size_runs_scikit_learn_and_writes_json(no_gpu, tmp_path):
     assert [r["workload"] for r in report["runs"]] == [*ml.WORKLOADS, *ml.MODELS]
     searches = [r for r in report["runs"] if r["workload"] in ml.WORKLOADS]
     assert all(r["correct"] and r["fits"] == 32 and len(r["scores"]) == 8 and r["seconds"] > 0 for r in searches)
-    models = {r["workload"]: r for r in report["runs"] if r["workload"] in ml.MODELS}
-    assert models["linear"]["score"] > 0.99 and all(r["correct"] and r["seconds"] > 0 for r in models.values())
-    assert models["kmeans"]["score"] == pytest.approx(20_000 * ml.MODEL_FEATURES, rel=0.05)  # the blobs' noise
+    trained = {r["workload"]: r for r in report["runs"] if r["workload"] in ml.MODELS}
+    assert trained["linear"]["score"] > 0.99 and all(r["correct"] and r["seconds"] > 0 for r in trained.values())
+    assert trained["kmeans"]["score"] == pytest.approx(20_000 * models.FEATURES, rel=0.05)  # the blobs' noise
     assert report["features"] == {"pca": 16, "ridge": 16, "logistic": 16} and report["model_rows"] == 20_000
     assert {"scikit-learn", "dask-ml"} <= set(report["libraries"]) and report["machine"]["gpus"]["state"] == "no-nvml"
 
@@ -72,39 +72,39 @@ def test_models_on_simulated_gpus_are_made_on_the_workers_and_match_scikit_learn
     plan = ml.plan("small", workloads=["kmeans", "linear"], gpus="1", model_rows=4000)
     assert [kind for _, kind, _ in plan.columns] == ["cpu", "gpu", "gpu-shared"] and plan.steps == 4
     made = []
-    monkeypatch.setattr(ml, "chunk", lambda *args, chunk=ml.chunk: made.append(args) or chunk(*args))
+    monkeypatch.setattr(models, "chunk", lambda *args, chunk=models.chunk: made.append(args) or chunk(*args))
     result = ml.run(plan)
     assert result["columns"] == [CPU, "dask-gpu, 1 GPU"]  # several fits on one GPU train no model
     gpu_runs = [r for r in result["runs"] if r["architecture"] == "dask-gpu, 1 GPU"]
     assert [r["workload"] for r in gpu_runs] == ["kmeans", "linear"] and all(r["correct"] for r in gpu_runs), gpu_runs
-    assert len(made) == len(ml.bounds(4000, 8))  # here, once, for scikit-learn: the workers made their own
+    assert len(made) == len(models.bounds(4000, 8))  # here, once, for scikit-learn: the workers made their own
     text = ml.table(result)
     assert "models on dask-gpu: Dask-ML's KMeans and LinearRegression on NumPy chunks (simulated GPUs)" in text
     assert re.search(rf"dask-gpu, 1 GPU: speed-up over {CPU} +\d+\.\d\dx +\d+\.\d\dx", text), text
 
 
 def test_the_models_rows_are_the_same_chunk_by_chunk_in_any_process():
-    whole = ml.model_data(1000, 4)
-    parts = [ml.chunk(i, start, stop) for i, (start, stop) in enumerate(ml.bounds(1000, 4))]
-    assert ml.bounds(1000, 4) == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    whole = models.rows_here(1000, 4)
+    parts = [models.chunk(i, start, stop) for i, (start, stop) in enumerate(models.bounds(1000, 4))]
+    assert models.bounds(1000, 4) == [(0, 250), (250, 500), (500, 750), (750, 1000)]
     assert all(np.array_equal(np.concatenate([p[k] for p in parts]), whole[k]) for k in ("X", "y"))
-    assert whole["X"].dtype == np.float32 and whole["X"].shape == (1000, ml.MODEL_FEATURES)
+    assert whole["X"].dtype == np.float32 and whole["X"].shape == (1000, models.FEATURES)
     assert not np.array_equal(parts[0]["X"], parts[1]["X"][:250])  # each chunk its own seed
 
 
 def test_a_model_is_scored_on_the_first_rows_by_its_fitted_attributes():
     import types
 
-    sample = ml.model_data(2000, 2)
+    sample = models.rows_here(2000, 2)
     from sklearn.cluster import KMeans
     from sklearn.linear_model import LinearRegression
 
-    kmeans = KMeans(ml.CLUSTERS, random_state=0).fit(sample["X"])
-    assert ml._inertia(kmeans, sample) == pytest.approx(kmeans.inertia_, rel=1e-4)
+    kmeans = KMeans(models.CLUSTERS, random_state=0).fit(sample["X"])
+    assert models.inertia(kmeans, sample) == pytest.approx(kmeans.inertia_, rel=1e-4)
     one_centre = types.SimpleNamespace(cluster_centers_=sample["X"][:1])
-    assert ml._inertia(one_centre, sample) > 10 * kmeans.inertia_  # a wrong answer scores far off
+    assert models.inertia(one_centre, sample) > 10 * kmeans.inertia_  # a wrong answer scores far off
     linear = LinearRegression().fit(sample["X"], sample["y"])
-    assert ml._r2(linear, sample) == pytest.approx(linear.score(sample["X"], sample["y"]), rel=1e-6)
+    assert models.r2(linear, sample) == pytest.approx(linear.score(sample["X"], sample["y"]), rel=1e-6)
 
 
 def test_ratios_are_over_scikit_learn_for_right_runs_only():

@@ -24,18 +24,11 @@ def cluster():
 
 def on_gpus(client, rows=40_000, chunks=8):
     """The ml suite's model rows, made chunk by chunk on the GPU workers as CuPy chunks, and the same rows here."""
-    import dask
-    import dask.array as da
+    from dask_gpu.benchmarks import models
 
-    from dask_gpu.benchmarks import ml
-
-    parts = [dask.delayed(ml.chunk)(i, start, stop) for i, (start, stop) in enumerate(ml.bounds(rows, chunks))]
-    cut = ml.bounds(rows, chunks)
-    x, y = (da.concatenate([da.from_delayed(part[key], (stop - start, *shape), np.float32)
-                            for part, (start, stop) in zip(parts, cut)]).map_blocks(_device, dtype=np.float32)
-            for key, shape in (("X", (ml.MODEL_FEATURES,)), ("y", ())))
+    x, y = (array.map_blocks(_device, dtype=np.float32) for array in models.rows_made_where_computed(rows, chunks))
     x, y = client.persist([x, y])
-    return x, y, ml.model_data(rows, chunks)
+    return x, y, models.rows_here(rows, chunks)
 
 
 def _device(block):
@@ -50,15 +43,15 @@ def test_kmeans_and_linear_regression_across_the_gpus_match_scikit_learn(cluster
     from sklearn.cluster import KMeans as SklearnKMeans
     from sklearn.linear_model import LinearRegression as SklearnLinearRegression
 
-    from dask_gpu.benchmarks import ml
+    from dask_gpu.benchmarks import models
 
     x, y, here = on_gpus(cluster)
-    kmeans = KMeans(n_clusters=ml.CLUSTERS, random_state=ml.SEED, client=cluster).fit(x)
+    kmeans = KMeans(n_clusters=models.CLUSTERS, random_state=models.SEED, client=cluster).fit(x)
     linear = LinearRegression(client=cluster).fit(x, y)
-    reference = SklearnKMeans(ml.CLUSTERS, random_state=ml.SEED).fit(here["X"])
-    assert ml._inertia(kmeans, here) == pytest.approx(ml._inertia(reference, here), rel=0.01)
-    r2 = ml._r2(SklearnLinearRegression().fit(here["X"], here["y"]), here)
-    assert r2 > 0.9 and ml._r2(linear, here) == pytest.approx(r2, rel=0.01)
+    reference = SklearnKMeans(models.CLUSTERS, random_state=models.SEED).fit(here["X"])
+    assert models.inertia(kmeans, here) == pytest.approx(models.inertia(reference, here), rel=0.01)
+    r2 = models.r2(SklearnLinearRegression().fit(here["X"], here["y"]), here)
+    assert r2 > 0.9 and models.r2(linear, here) == pytest.approx(r2, rel=0.01)
 
 
 def test_nearest_neighbors_and_random_forest_across_the_gpus_match_scikit_learn(cluster):
@@ -69,24 +62,24 @@ def test_nearest_neighbors_and_random_forest_across_the_gpus_match_scikit_learn(
 
     import dask.array as da
 
-    from dask_gpu.benchmarks import ml
+    from dask_gpu.benchmarks import models
 
     x, y, here = on_gpus(cluster, rows=20_000)
     queries = here["X"][:500]
     distances, _ = NearestNeighbors(n_neighbors=5, client=cluster).fit(x).kneighbors(
         da.from_array(queries, chunks=250).map_blocks(_device, dtype=np.float32))
     expected, _ = SklearnNeighbors(n_neighbors=5).fit(here["X"]).kneighbors(queries)
-    np.testing.assert_allclose(ml._host(distances.compute()), expected, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(models.host(distances.compute()), expected, rtol=1e-3, atol=1e-3)
 
     classes = (here["y"] > np.median(here["y"])).astype(np.int32)  # two classes, split by y: not separable by X's blobs
     labels = da.from_array(classes, chunks=x.chunks[0]).map_blocks(_device, dtype=np.int32)
-    forest = RandomForestClassifier(n_estimators=20, max_depth=12, random_state=ml.SEED, client=cluster)
+    forest = RandomForestClassifier(n_estimators=20, max_depth=12, random_state=models.SEED, client=cluster)
     forest.fit(x, labels.persist())
-    test = ml.model_data(24_000, 8)
+    test = models.rows_here(24_000, 8)
     test_x, test_classes = test["X"][20_000:], (test["y"][20_000:] > np.median(here["y"])).astype(np.int32)
-    mine = float((ml._host(forest.predict(da.from_array(test_x, chunks=2_000).map_blocks(_device, dtype=np.float32))
+    mine = float((models.host(forest.predict(da.from_array(test_x, chunks=2_000).map_blocks(_device, dtype=np.float32))
                            .compute()) == test_classes).mean())
-    theirs = SklearnForest(n_estimators=20, max_depth=12, random_state=ml.SEED).fit(here["X"], classes).score(
+    theirs = SklearnForest(n_estimators=20, max_depth=12, random_state=models.SEED).fit(here["X"], classes).score(
         test_x, test_classes)
     assert theirs > 0.7 and mine == pytest.approx(theirs, abs=0.03)
 

@@ -34,20 +34,14 @@ import numpy as np
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
                                         scaling_lines, startup_lines)
-from dask_gpu.benchmarks import common
+from dask_gpu.benchmarks import common, models
+from dask_gpu.benchmarks.models import MODELS, SEED
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
 from dask_gpu.report import table as text_table
 
 SIZES = {"small": 2_000, "full": 100_000}  # rows of a search
-MODEL_ROWS = {"small": 20_000, "full": 50_000_000}  # rows a model is trained on
-CHUNKS = {"small": 8, "full": 64}  # the models' rows, in chunks made from seeds of their own
-SAMPLE = 1_000_000  # the first rows, on which each trained model is scored
-CLUSTERS = 8
-MODEL_FEATURES = 16
-MODEL_RTOL = 0.01
 FOLDS = 4
-SEED = 2026
 CLASSES = 4
 RTOL = 1e-3
 AT_ONCE = 4  # fits at once on one GPU in the shared column: host-side steps of one overlap another's kernels
@@ -91,32 +85,6 @@ WORKLOADS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Model:
-    text: str  # what it trains, for the table
-    target: str | None  # "y", or None (unsupervised)
-    score: Callable  # (fitted model, sample) -> its score on the sample
-
-
-def _inertia(model, sample) -> float:
-    """The sum of squared distances from each row of the sample to its nearest centre."""
-    x, centers = sample["X"].astype(np.float64), _host(model.cluster_centers_).astype(np.float64)
-    distances = (x * x).sum(1)[:, None] - 2 * x @ centers.T + (centers * centers).sum(1)[None, :]
-    return float(np.maximum(distances.min(1), 0).sum())
-
-
-def _r2(model, sample) -> float:
-    x, y = sample["X"].astype(np.float64), sample["y"].astype(np.float64)
-    predicted = x @ _host(model.coef_).astype(np.float64).ravel() + float(_host(model.intercept_).ravel()[0])
-    return float(1 - ((y - predicted) ** 2).sum() / ((y - y.mean()) ** 2).sum())
-
-
-MODELS = {
-    "kmeans": Model(f"KMeans, {CLUSTERS} clusters, by inertia on the first rows", None, _inertia),
-    "linear": Model("LinearRegression, by R² on the first rows", "y", _r2),
-}
-
-
-@dataclasses.dataclass(frozen=True)
 class Plan(common.Plan):
     rows: int
     model_rows: int = 0
@@ -140,9 +108,9 @@ def plan(size="small", rows=None, workloads=None, compare=None, gpus=None, proto
     if rows < 2 * FOLDS * CLASSES:
         raise ValueError(f"rows must be at least {2 * FOLDS * CLASSES} for {FOLDS} folds of {CLASSES} classes, "
                          f"not {rows}")
-    model_rows = MODEL_ROWS[size] if model_rows is None else int(model_rows)
-    if model_rows < CHUNKS[size] * CLUSTERS:
-        raise ValueError(f"model_rows must be at least {CHUNKS[size] * CLUSTERS}, not {model_rows}")
+    model_rows = models.ROWS[size] if model_rows is None else int(model_rows)
+    if model_rows < models.CHUNKS[size] * models.CLUSTERS:
+        raise ValueError(f"model_rows must be at least {models.CHUNKS[size] * models.CLUSTERS}, not {model_rows}")
     names, cols, timeout = tuple(workloads or [*WORKLOADS, *MODELS]), columns(gpus), timeout or TIMEOUT
     protocol = protocol or default_protocol(cols)
     check_options(names, {**WORKLOADS, **MODELS}, compare, protocol, repeat, timeout)
@@ -186,46 +154,21 @@ def data(rows: int, features: int, seed: int = SEED) -> dict:
     return {"X": x, "y": y, "classes": classes}
 
 
-def bounds(rows: int, chunks: int) -> list[tuple[int, int]]:
-    """The models' rows cut into ``chunks`` (start, stop) as even as they go."""
-    edges = np.linspace(0, rows, chunks + 1).astype(int)
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
-
-
-def chunk(index: int, start: int, stop: int, seed: int = SEED) -> dict:
-    """Rows ``start:stop`` of the models' data, float32: 8 blobs whose centres lie 20 apart on orthogonal
-    axes (every k-means run that starts well finds them), and y a linear function of X plus noise. Made from
-    the seed and the chunk's index alone, so that any process makes the same rows."""
-    common_rng = np.random.default_rng(seed)
-    axes, _ = np.linalg.qr(common_rng.standard_normal((MODEL_FEATURES, MODEL_FEATURES)))
-    centers, weights = (20 / np.sqrt(2)) * axes[:CLUSTERS], common_rng.standard_normal(MODEL_FEATURES)
-    rng = np.random.default_rng((seed, index))
-    x = centers[rng.integers(0, CLUSTERS, stop - start)].astype(np.float32)
-    x += rng.standard_normal((stop - start, MODEL_FEATURES), dtype=np.float32)
-    y = x @ weights.astype(np.float32) + rng.standard_normal(stop - start, dtype=np.float32)
-    return {"X": x, "y": y}
-
-
-def model_data(rows: int, chunks: int) -> dict:
-    """All the models' rows, here."""
-    parts = [chunk(i, start, stop) for i, (start, stop) in enumerate(bounds(rows, chunks))]
-    return {key: np.concatenate([part[key] for part in parts]) for key in ("X", "y")}
-
-
 def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
     """Every workload in every column that runs it; ``progress(label)`` before each, ``status(text)`` before its
     warm-up and timed runs, ``checkpoint(result)`` after each column."""
     searches = [name for name in plan.workloads if name in WORKLOADS]
-    models = [name for name in plan.workloads if name in MODELS]
+    trained = [name for name in plan.workloads if name in MODELS]
     result = {"suite": "ml", "size": plan.size, "rows": plan.rows, "folds": FOLDS, "candidates": 8,
               "features": {name: WORKLOADS[name].features[plan.size] for name in searches},
               "protocol": plan.protocol, "repeat": plan.repeat,
               "workloads": {name: (WORKLOADS.get(name) or MODELS[name]).text for name in plan.workloads},
               "machine": machine_dict(), "libraries": libraries(), "runs": [], "notes": list(plan.notes),
               "columns": [label for label, kind, _ in plan.columns if any(runs(kind, n) for n in plan.workloads)]}
-    if models:
-        result.update(model_rows=plan.model_rows, model_features=MODEL_FEATURES, chunks=CHUNKS[plan.size],
-                      sample_rows=min(SAMPLE, plan.model_rows))
+    shape = (plan.model_rows, models.CHUNKS[plan.size])
+    if trained:
+        result.update(model_rows=plan.model_rows, model_features=models.FEATURES, chunks=shape[1],
+                      sample_rows=min(models.SAMPLE, plan.model_rows))
     datasets = {name: data(plan.rows, WORKLOADS[name].features[plan.size]) for name in searches}
     whole = {}  # the models' rows, made here once the first column needs them
     references = {}
@@ -233,11 +176,11 @@ def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
     def measure(engine, name, count):
         if name in MODELS:
             if not whole:
-                whole.update(model_data(plan.model_rows, CHUNKS[plan.size]))
-            row = _train(engine, name, whole, (plan.model_rows, CHUNKS[plan.size]), plan.repeat, status)
+                whole.update(models.rows_here(*shape))
+            row = models.train(engine, name, whole, shape, plan.repeat, status)
             if "score" in row:
-                reference = references.setdefault(name, row["score"])
-                row["correct"] = abs(row["score"] - reference) <= MODEL_RTOL * abs(reference)
+                reference = references.setdefault(name, row["score"])  # the first column, scikit-learn's
+                row["correct"] = abs(row["score"] - reference) <= models.RTOL * abs(reference)
             return row
         row = _measure(engine, name, datasets[name], plan.repeat, status)
         if "scores" in row:
@@ -254,7 +197,7 @@ def run(plan: Plan, progress=None, checkpoint=None, status=None) -> dict:
 
     engine_notes = []
     return run_columns(result, list(plan.columns), list(plan.workloads),
-                       lambda kind, count: _column(kind, count, plan.protocol, engine_notes, bool(models)),
+                       lambda kind, count: _column(kind, count, plan.protocol, engine_notes, bool(trained)),
                        measure, progress, keep, runs)
 
 
@@ -293,42 +236,12 @@ def _measure(engine, name, arrays, repeat, status=None) -> dict:
     return row
 
 
-def _train(engine, name, whole, shape, repeat, status=None) -> dict:
-    """A warm-up fit, then ``repeat`` timed ones, of model ``name`` on all the rows; the last one's score on the
-    first rows."""
-    times = []
-    try:
-        with engine.rows(whole, *shape) as (x, y):
-            for i in range(1 + repeat):
-                if status:
-                    status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
-                gc.collect()
-                start = time.perf_counter()
-                model = engine.train(name, x, y if MODELS[name].target else None)
-                times.append(time.perf_counter() - start)
-        sample = {key: value[:SAMPLE] for key, value in whole.items()}
-        score = MODELS[name].score(model, sample)
-    except Exception as e:  # a failing workload is a result, not the end of the table
-        return {"error": error_text(e)}
-    row = {"first_seconds": times[0], "seconds": min(times[1:]), "score": score}
-    if repeat > 1:
-        row["all_seconds"] = times[1:]
-    return row
-
-
 def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _host(array) -> np.ndarray:
-    """A fitted attribute as NumPy: CuPy's and cuDF's come back from the device."""
-    if hasattr(array, "to_numpy"):
-        array = array.to_numpy()
-    return np.asarray(array.get() if hasattr(array, "__cuda_array_interface__") else array)
-
-
 @contextmanager
-def _column(kind, count, protocol, notes, models=False):
+def _column(kind, count, protocol, notes, trains=False):
     """The engine of one column: scikit-learn or cuML here, or a GPU cluster started once."""
     if kind == "cpu":
         yield _ScikitLearn()
@@ -356,7 +269,7 @@ def _column(kind, count, protocol, notes, models=False):
         gpus = stack.enter_context(on_gpus(client, fits_per_gpu=at_once))
         notes.append(f"dask-gpu on {gpus}")
         engine = _GPUs(client, gpus)
-        if models and kind == "gpu":
+        if trains and kind == "gpu":
             notes.append(f"models on dask-gpu: {engine.trainer()}")
         yield engine
 
@@ -380,10 +293,7 @@ class _ScikitLearn:
         yield whole["X"], whole["y"]
 
     def train(self, name, x, y):
-        from sklearn.cluster import KMeans
-        from sklearn.linear_model import LinearRegression
-
-        return (KMeans(CLUSTERS, random_state=SEED) if name == "kmeans" else LinearRegression()).fit(x, y)
+        return models.fit(name, "scikit-learn", x, y)
 
 
 class _CuML:
@@ -404,10 +314,7 @@ class _CuML:
             cupy.get_default_memory_pool().free_all_blocks()
 
     def train(self, name, x, y):
-        from cuml.cluster import KMeans
-        from cuml.linear_model import LinearRegression
-
-        return (KMeans(n_clusters=CLUSTERS, random_state=SEED) if name == "kmeans" else LinearRegression()).fit(x, y)
+        return models.fit(name, "cuml", x, y)
 
 
 class _GPUs:
@@ -416,7 +323,7 @@ class _GPUs:
 
     def __init__(self, client, gpus):
         self.client, self.gpus = client, gpus
-        self.cuml = gpus.device and all(self.client.run(_has_cuml, workers=gpus.workers).values())
+        self.cuml = gpus.device and all(self.client.run(_installed, "cuml", workers=gpus.workers).values())
 
     def trainer(self) -> str:
         if self.cuml:
@@ -437,15 +344,9 @@ class _GPUs:
     @contextmanager
     def rows(self, whole, rows, chunks):
         """The rows made chunk by chunk on the GPU workers, from the chunks' seeds, and kept there."""
-        import dask
-        import dask.array as da
         from distributed import futures_of, wait
 
-        parts = [dask.delayed(chunk, pure=True)(i, start, stop) for i, (start, stop) in enumerate(bounds(rows, chunks))]
-        arrays = [da.concatenate([da.from_delayed(part[key], (stop - start, *shape), np.float32)
-                                  for part, (start, stop) in zip(parts, bounds(rows, chunks))])
-                  for key, shape in (("X", (MODEL_FEATURES,)), ("y", ()))]
-        x, y = self.gpus.scatter(*arrays)
+        x, y = self.gpus.scatter(*models.rows_made_where_computed(rows, chunks))
         wait(futures_of([x, y]))
         try:
             yield x, y
@@ -454,22 +355,12 @@ class _GPUs:
 
     def train(self, name, x, y):
         if self.cuml:
-            from cuml.dask.cluster import KMeans
-            from cuml.dask.linear_model import LinearRegression
-
-            model = (KMeans(n_clusters=CLUSTERS, random_state=SEED, client=self.client) if name == "kmeans"
-                     else LinearRegression(client=self.client))
-        else:
-            from dask_ml.cluster import KMeans
-            from dask_ml.linear_model import LinearRegression
-
-            model = (KMeans(n_clusters=CLUSTERS, random_state=SEED) if name == "kmeans"
-                     else LinearRegression(solver="newton"))
-        return model.fit(x) if y is None else model.fit(x, y)
+            return models.fit(name, "cuml.dask", x, y, client=self.client)
+        return models.fit(name, "dask-ml", x, y)
 
 
-def _has_cuml() -> bool:
-    return find_spec("cuml") is not None
+def _installed(module: str) -> bool:
+    return find_spec(module) is not None
 
 
 def ratios(runs: list[dict], columns) -> list[dict]:
