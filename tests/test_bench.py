@@ -312,3 +312,13 @@ def test_the_tpch_table_names_each_column_s_largest_shuffle():
                        run("q9", "dask-gpu, 1 GPU", 0, 0.0), {"workload": "q1", "architecture": "DuckDB"}]}
     assert tpch.shuffle_lines(result) == ["dask-gpu, 4 GPUs: largest shuffle q9, 6.00 GB between workers in 0.30 s "
                                           "(20.0 GB/s)"]
+
+
+def test_timed_runs_a_warm_up_then_the_timed_calls_each_after_its_preparation():
+    events, texts = [], []
+    value, times = common.timed(lambda: events.append("run") or len(events), 2, texts.append,
+                                lambda: events.append("prepare"))
+    assert events == ["prepare", "run"] * 3 and value == 6 and len(times) == 3
+    assert texts == ["warm-up run", "timed run 1 of 2", "timed run 2 of 2"]
+    assert common.timing([5.0, 2.0, 1.0]) == {"first_seconds": 5.0, "seconds": 1.0, "all_seconds": [2.0, 1.0]}
+    assert common.timing([5.0, 2.0]) == {"first_seconds": 5.0, "seconds": 2.0}  # one timed call: no list

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
+import gc
 import math
 import os
 import time
@@ -205,6 +206,31 @@ def run_columns(result, columns, names, open_column, measure, progress=None, che
         if checkpoint:
             checkpoint(result)
     return result
+
+
+def timed(run, repeat: int, status=None, prepare=gc.collect) -> tuple:
+    """A warm-up call of ``run()``, then ``repeat`` timed ones: the last call's value and every call's seconds.
+    ``prepare()`` goes before each call, untimed, once the previous call's value is let go; ``status(text)``
+    before each says which call it is."""
+    value, times = None, []
+    for i in range(1 + repeat):
+        if status:
+            status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
+        value = None
+        prepare()
+        start = time.perf_counter()
+        value = run()
+        times.append(time.perf_counter() - start)
+    return value, times
+
+
+def timing(times: list) -> dict:
+    """A row's times from :func:`timed`'s: the warm-up's, the best timed one's, and every timed one's where
+    there were several."""
+    row = {"first_seconds": times[0], "seconds": min(times[1:])}
+    if len(times) > 2:
+        row["all_seconds"] = times[1:]
+    return row
 
 
 def error_text(e: BaseException) -> str:

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import tempfile
-import time
 from contextlib import ExitStack, contextmanager
 from importlib.util import find_spec
 from typing import Callable, ClassVar
@@ -32,7 +31,7 @@ import numpy as np
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, compute, data_directory,
                                         default_protocol, engine_kinds, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        scaling_lines, settle, startup_lines)
+                                        scaling_lines, settle, startup_lines, timed, timing)
 from dask_gpu.benchmarks import common
 from dask_gpu.benchmarks.common import plot as bar_chart
 from dask_gpu.report import machine_dict
@@ -259,24 +258,18 @@ def run(plan: Plan, progress=None, checkpoint=None, log=None, status=None) -> di
 
 def _measure(engine, name, repeat, status=None) -> dict:
     """A warm-up run, then ``repeat`` timed ones, and the last one's answer."""
-    workload, times, result = WORKLOADS[name], [], None
+    workload = WORKLOADS[name]
+
+    def prepare():  # the previous run's memory goes first; dask collections sit in reference cycles, so only a
+        gc.collect()  # collection frees their keys, which an identical run would find still computed
+        settle(getattr(engine, "client", None))
+
     try:
-        for i in range(1 + repeat):
-            if status:
-                status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
-            result = None  # the previous run's memory goes first; dask collections sit in reference cycles, so
-            gc.collect()  # only a collection frees their keys, which an identical run would find still computed
-            settle(getattr(engine, "client", None))
-            start = time.perf_counter()
-            result = workload.run(engine)
-            times.append(time.perf_counter() - start)
+        result, times = timed(lambda: workload.run(engine), repeat, status, prepare)
         answer = workload.answer(engine, result)
     except Exception as e:  # a failing workload is a result, not the end of the table
         return {"error": error_text(e)}
-    row = {"first_seconds": times[0], "seconds": min(times[1:]), "answer": answer}
-    if repeat > 1:
-        row["all_seconds"] = times[1:]
-    return row
+    return {**timing(times), "answer": answer}
 
 
 @contextmanager

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import time
 from contextlib import ExitStack, contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
@@ -33,7 +32,7 @@ import numpy as np
 
 from dask_gpu.benchmarks.common import (TIMEOUT, available_gpus, check_options, default_protocol, error_text,
                                         gpu_client, gpu_columns, gpu_counts, gpu_notes, run_columns, runs_table,
-                                        scaling_lines, startup_lines)
+                                        scaling_lines, startup_lines, timed, timing)
 from dask_gpu.benchmarks import common, models
 from dask_gpu.benchmarks.models import MODELS, SEED
 from dask_gpu.benchmarks.common import plot as bar_chart
@@ -213,27 +212,18 @@ def libraries() -> dict:
 
 def _measure(engine, name, arrays, repeat, status=None) -> dict:
     """A warm-up search, then ``repeat`` timed ones; the last one's mean test scores."""
-    workload, times = WORKLOADS[name], []
+    workload = WORKLOADS[name]
     try:
         estimator, grid = workload.search(arrays["X"].shape[1])
         with engine.data(arrays["X"], arrays[workload.target] if workload.target else None) as (x, y):
-            for i in range(1 + repeat):
-                if status:
-                    status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
-                gc.collect()
-                start = time.perf_counter()
-                search = engine.search(estimator, grid, x, y)
-                times.append(time.perf_counter() - start)
+            search, times = timed(lambda: engine.search(estimator, grid, x, y), repeat, status)
     except Exception as e:  # a failing workload is a result, not the end of the table
         return {"error": error_text(e)}
     results = search.cv_results_  # best_params_ is Dask-ML's only where it refits
     scores = [float(s) for s in results["mean_test_score"]]
     best = results["params"][int(np.argmin(results["rank_test_score"]))]
-    row = {"first_seconds": times[0], "seconds": min(times[1:]), "fits": FOLDS * len(scores), "scores": scores,
-           "best_params": {k: _plain(v) for k, v in best.items()}}
-    if repeat > 1:
-        row["all_seconds"] = times[1:]
-    return row
+    return {**timing(times), "fits": FOLDS * len(scores), "scores": scores,
+            "best_params": {k: _plain(v) for k, v in best.items()}}
 
 
 def _plain(value):

@@ -10,14 +10,12 @@ here from the model's fitted attributes, whichever library fitted it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import importlib
-import time
 from typing import Callable
 
 import numpy as np
 
-from dask_gpu.benchmarks.common import error_text
+from dask_gpu.benchmarks.common import error_text, timed, timing
 
 ROWS = {"small": 20_000, "full": 50_000_000}  # rows a model is trained on
 CHUNKS = {"small": 8, "full": 64}
@@ -113,23 +111,13 @@ def rows_made_where_computed(rows: int, chunks: int) -> tuple:
 def train(engine, name, whole, shape, repeat, status=None) -> dict:
     """A warm-up fit, then ``repeat`` timed ones, of model ``name`` on all the rows (``engine.rows`` puts them
     where ``engine.train`` fits); the last one's score on the first rows of ``whole``."""
-    times = []
     try:
         with engine.rows(whole, *shape) as (x, y):
-            for i in range(1 + repeat):
-                if status:
-                    status("warm-up run" if i == 0 else f"timed run {i} of {repeat}")
-                gc.collect()
-                start = time.perf_counter()
-                model = engine.train(name, x, y if MODELS[name].target else None)
-                times.append(time.perf_counter() - start)
+            model, times = timed(lambda: engine.train(name, x, y if MODELS[name].target else None), repeat, status)
         score = MODELS[name].score(model, {key: value[:SAMPLE] for key, value in whole.items()})
     except Exception as e:  # a failing workload is a result, not the end of the table
         return {"error": error_text(e)}
-    row = {"first_seconds": times[0], "seconds": min(times[1:]), "score": score}
-    if repeat > 1:
-        row["all_seconds"] = times[1:]
-    return row
+    return {**timing(times), "score": score}
 
 
 def host(array) -> np.ndarray:
