@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import hashlib
 import importlib
 import sys
+import threading
 
 # name -> (module, its name there): imported on first access, then kept in this module
 _LAZY = {
@@ -214,6 +217,14 @@ def remove_worker_alias(scheduler, alias, address: str) -> None:
     """Forget ``alias``, where it still stands for ``address``."""
     if scheduler.aliases.get(alias) == address:
         del scheduler.aliases[alias]
+
+
+async def register_worker_plugin(worker, plugin, name: str) -> None:
+    """Have ``worker``'s scheduler give ``plugin`` to every worker, as each registers (what
+    ``Client.register_plugin`` asks of it), once: a plugin of that name already there stays."""
+    from distributed.protocol.pickle import dumps
+
+    await worker.scheduler.register_worker_plugin(plugin=dumps(plugin), name=name, idempotent=True)
 
 
 def removed_worker(topic, msg):
@@ -434,3 +445,27 @@ def use_nvrtc_pch(cupy) -> None:
     """Have NVRTC precompile CuPy's headers once in this process (what ``CUPY_NVRTC_USE_PCH=1`` asks for,
     which CuPy reads once, as it is imported)."""
     cupy.cuda.compiler._use_pch = True
+
+
+def compile_each_kernel_once(cupy) -> None:
+    """Threads of this process that ask CuPy for the same kernel at once wait for the first one's compile, then
+    load what it wrote to the kernel cache (``cupy.cuda.compiler._compile_module_with_cache``, which CuPy calls
+    where its memory holds no such kernel). CuPy compiles a kernel in each thread that asks for it before one
+    is done. Different kernels still compile side by side."""
+    compiler = cupy.cuda.compiler
+    compile_module = compiler._compile_module_with_cache
+    if getattr(compile_module, "once", False):
+        return
+    locks: dict = {}
+    guard = threading.Lock()
+
+    @functools.wraps(compile_module)
+    def once(*args, **kwargs):
+        key = hashlib.sha1(repr((args, sorted(kwargs.items()))).encode()).digest()
+        with guard:
+            lock = locks.setdefault(key, threading.Lock())
+        with lock:
+            return compile_module(*args, **kwargs)
+
+    once.once = True
+    compiler._compile_module_with_cache = once

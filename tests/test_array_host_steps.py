@@ -1,5 +1,6 @@
 """The last steps of GPU reductions on the host (dask_gpu.array.host_steps): same answers, given back to the GPU."""
 
+import functools
 import os
 import pickle
 import subprocess
@@ -9,6 +10,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from dask.task_spec import Task
 
 from dask_gpu import random
 from dask_gpu.array import host_steps, optimization
@@ -26,10 +28,19 @@ class DeviceArray(np.ndarray):
 
 
 
+class Squares:
+    """NumPy's squares about a mean, for the kernel that dask-gpu gives CuPy."""
+
+    def __call__(self, x, mean, axis=None, keepdims=False):
+        return ((np.asarray(x, float) - np.asarray(mean)) ** 2).sum(axis=axis, keepdims=keepdims).view(DeviceArray)
+
+
 @pytest.fixture
 def stand_in(monkeypatch):
-    """Chunks of stand-in GPU arrays that the graph pass takes for GPU data; answers given back as them."""
+    """Chunks of stand-in GPU arrays that the graph pass takes for GPU data; answers given back as them; squares
+    about a mean made by NumPy."""
     monkeypatch.setattr(optimization, "_gpu_draw", lambda draw: True)
+    monkeypatch.setattr(host_steps, "_squares_kernel", Squares)
     monkeypatch.setattr(DeviceArray, "copies", 0)
     monkeypatch.setattr(host_steps, "to_device",
                         lambda v: np.asarray(v).view(DeviceArray) if isinstance(v, (np.ndarray, np.generic)) else v)
@@ -111,6 +122,65 @@ def test_steps_and_moved_results_travel_by_pickle():
     assert step.func is np.sum and not step.last and moved.value["n"][0] == 2
 
 
+@pytest.fixture
+def unfused(stand_in, monkeypatch):
+    """Persisted stand-in chunks, whose chunk steps are tasks of their own."""
+    is_cupy = optimization._is_cupy
+    monkeypatch.setattr(optimization, "_is_cupy", lambda value: isinstance(value, DeviceArray) or is_cupy(value))
+    monkeypatch.setattr(optimization, "_worth_a_look", lambda dsk: True)  # as where CuPy is imported
+    x, on_gpu = stand_in
+    return x, on_gpu.persist(scheduler="sync")
+
+
+CHUNKED = {"var": lambda x: x.var(), "std along an axis": lambda x: x.std(axis=0, ddof=1),
+           "mean": lambda x: x.mean(), "mean along an axis": lambda x: x.mean(axis=1),
+           "float32 var": lambda x: x.astype("float32").var(), "nanmean": lambda x: da.nanmean(x)}
+
+
+@pytest.mark.parametrize("name", sorted(CHUNKED))
+def test_the_chunk_steps_count_on_the_host_with_dask_s_answers(unfused, name):
+    x, on_gpu = unfused
+    y = CHUNKED[name](on_gpu)
+    counted = [f for f in functions(optimized(y)) if isinstance(f, host_steps.CountChunk)]
+    assert bool(counted) == (name != "nanmean")  # nanmean counts only numbers: dask's own step
+    with dask.config.set({"gpu.array-optimize": False}):
+        want = CHUNKED[name](x).compute()
+    assert np.allclose(np.asarray(y.compute()), want, rtol=1e-6 if "float32" in name else 1e-12)
+
+
+def functions(graph) -> list:
+    """The functions of the graph's tasks, those in dask's fused tasks included."""
+    tasks, found = list(graph.values()), []
+    while tasks:
+        task = tasks.pop()
+        if isinstance(task, Task):
+            found.append(task.func)
+            tasks.extend(a for a in task.args if isinstance(a, dict) for a in a.values())
+    return found
+
+
+def test_a_chunk_s_count_comes_from_its_shape():
+    x = np.ones((4, 6, 5))
+    assert host_steps.count(x, axis=(0, 2), keepdims=True).tolist() == [[[20.0]] * 6]
+    assert host_steps.count(x, axis=1, dtype=np.int64).tolist() == [[6] * 5] * 4
+    assert host_steps.count(x).shape == () and host_steps.count(x) == 120
+
+
+def test_a_small_chunk_result_moves_to_the_host_and_a_large_one_stays(unfused, monkeypatch):
+    from dask.array.reductions import mean_chunk, moment_chunk
+
+    block = np.arange(12.0).reshape(3, 4).view(DeviceArray)
+    var = host_steps.CountChunk(functools.partial(moment_chunk, implicit_complex_dtype=False, dtype=np.float64))
+    moved = var(block, axis=(0, 1), keepdims=True)
+    want = moment_chunk(np.arange(12.0).reshape(3, 4), axis=(0, 1), keepdims=True)
+    assert isinstance(moved, host_steps.Moved) and set(moved.value) == {"total", "n", "M"}
+    assert all(np.allclose(moved.value[k], want[k]) and type(moved.value[k]) is np.ndarray for k in want)
+    monkeypatch.setattr(host_steps, "SMALL", 0)
+    mean = host_steps.CountChunk(functools.partial(mean_chunk, dtype=np.float64))(block, axis=(0,), keepdims=True)
+    assert isinstance(mean["n"], DeviceArray) and isinstance(mean["total"], DeviceArray)
+    assert mean["n"].tolist() == [[3.0] * 4]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 def test_on_cupy_the_answers_equal_numpy_s_and_stay_cupy(name):
@@ -169,6 +239,11 @@ ndarray.__module__ = "cupy._core.core"
 concatenate, take, tensordot, empty, einsum = np.concatenate, np.take, np.tensordot, np.empty, np.einsum
 def asarray(a, **kwargs): return np.asarray(a).view(ndarray)
 def asnumpy(a, **kwargs): return np.asarray(a).view(np.ndarray)
+
+class ReductionKernel:  # the one dask-gpu makes: squares about a mean
+    def __init__(self, *args, **kwargs): pass
+    def __call__(self, x, mean, axis=None, keepdims=False):
+        return asarray(((np.asarray(x, float) - np.asarray(mean)) ** 2).sum(axis=axis, keepdims=keepdims))
 '''
 
 PERSISTED = '''

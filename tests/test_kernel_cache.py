@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import types
 
 import dask
@@ -13,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client
 
-from dask_gpu import LocalCUDACluster
+from dask_gpu import LocalCUDACluster, internals
 from dask_gpu.cli import gpu
 from dask_gpu.kernel_cache import cupy_cache_dir, kernel_cache_env, use_kernel_cache
 
@@ -243,3 +246,79 @@ def test_cudfs_first_group_bys_compile_no_cub_block_reduction(tmp_path):
     assert cub_sources(tmp_path / "cupy")  # CuPy alone compiles one
     run(DIVISIONS, tmp_path / "dask-gpu")
     assert (tmp_path / "dask-gpu").is_dir() and not cub_sources(tmp_path / "dask-gpu")
+
+
+# -- one compile of a kernel that several threads ask for at once -------------------------------
+
+class Compiler:
+    """CuPy's compiler as far as dask-gpu wraps it: a kernel compiled once lands in the cache, which a later
+    call loads; ``meet`` has the compiles of two different kernels wait for each other."""
+
+    def __init__(self):
+        self.compiled, self.cache = [], set()
+        self.meet = threading.Barrier(2, timeout=10)
+
+    def _compile_module_with_cache(self, source, options=(), **kwargs):
+        if (source, options) in self.cache:
+            return "loaded"
+        if source.startswith("pair"):
+            self.meet.wait()  # fails where the two compiles cannot run at once
+        time.sleep(0.05)
+        self.compiled.append(source)
+        self.cache.add((source, options))
+        return "compiled"
+
+
+def asked_at_once(compiler, sources) -> list:
+    start = threading.Barrier(len(sources))
+
+    def ask(source):
+        start.wait()
+        return compiler._compile_module_with_cache(source, ("-O3",), arch="90")
+
+    with concurrent.futures.ThreadPoolExecutor(len(sources)) as pool:
+        return list(pool.map(ask, sources))
+
+
+def test_threads_that_ask_for_one_kernel_at_once_compile_it_once():
+    fake = Compiler()
+    internals.compile_each_kernel_once(types.SimpleNamespace(cuda=types.SimpleNamespace(compiler=fake)))
+    assert sorted(asked_at_once(fake, ["k"] * 8)) == ["compiled"] + ["loaded"] * 7
+    assert fake.compiled == ["k"]
+
+
+def test_different_kernels_still_compile_side_by_side_and_the_wrapper_is_set_once():
+    fake = Compiler()
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(compiler=fake))
+    internals.compile_each_kernel_once(cupy)
+    wrapped = fake._compile_module_with_cache
+    internals.compile_each_kernel_once(cupy)
+    assert fake._compile_module_with_cache is wrapped
+    assert sorted(asked_at_once(fake, ["pair-a", "pair-b", "pair-a", "pair-b"])) == ["compiled"] * 2 + ["loaded"] * 2
+    assert sorted(fake.compiled) == ["pair-a", "pair-b"]
+
+
+@pytest.mark.gpu
+def test_threads_that_ask_cupy_for_a_new_kernel_at_once_compile_it_once(tmp_path, monkeypatch):
+    import cupy
+
+    import dask_gpu  # noqa: F401  what it sets once CuPy is imported
+    from cupy.cuda import compiler
+
+    compiles = []
+    nvrtc = compiler._compile_using_nvrtc_no_warning
+    monkeypatch.setattr(compiler, "_compile_using_nvrtc_no_warning",
+                        lambda source, *a, **k: compiles.append(source) or nvrtc(source, *a, **k))
+    name = f"dask_gpu_once_{os.getpid()}_{time.time_ns()}"  # a kernel no cache holds
+    kernel = cupy.ElementwiseKernel("T x", "T y", f"y = x * 3 + {time.time_ns() % 1000}", name)
+    x = cupy.arange(12.0)
+    start = threading.Barrier(8)
+
+    def run(_):
+        start.wait()
+        return kernel(x).get()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, range(8)))
+    assert all((r == results[0]).all() for r in results)
+    assert len([source for source in compiles if name in source]) == 1

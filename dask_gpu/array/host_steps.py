@@ -7,6 +7,11 @@ steps, and a first ``x.argmax()`` 13, most to turn each chunk's position into a 
 result moves to the host when it is small, those steps run on NumPy, and the last one gives its answer
 back to the GPU. The chunks' reductions themselves stay on the GPU.
 
+The chunk steps of mean and var count a chunk's elements from its shape, on the host, where dask fills
+a GPU array with the count (a kernel for each dtype). var's chunk step then takes the squares about the
+chunk's mean in one kernel of its own (:func:`squares_about`), where dask's makes four: the count's
+type, the division, the difference and the square.
+
 A result moved to the host travels as :class:`Moved`, so that the last step knows to give its answer back
 as CuPy; steps that see no GPU data, or large results (a reduction along one axis of large chunks), run as
 they are.
@@ -15,6 +20,7 @@ they are.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from dask.task_spec import Task
@@ -45,6 +51,8 @@ def on_host(task: Task) -> Task | None:
     names = [getattr(f, "__name__", None) for f in _functions(task.func)]
     if "arg_chunk" in names:
         return Task(task.key, ArgChunk(task.func), *task.args, **task.kwargs)
+    if {"mean_chunk", "moment_chunk"} & set(names) and _counts_all(task.func):
+        return Task(task.key, CountChunk(task.func), *task.args, **task.kwargs)
     last = [STEPS[name] for name in names if name in STEPS]
     return Task(task.key, Step(task.func, last[0]), *task.args, **task.kwargs) if last else None
 
@@ -92,6 +100,80 @@ class ArgChunk:
         answer = self.chunk.func(_small_to_host(func, moved), _small_to_host(argfunc, moved), *rest, x, *args,
                                  **{**self.chunk.keywords, **kwargs})
         return Moved(answer) if moved else answer
+
+
+def _counts_all(func) -> bool:
+    """dask's chunk step of a mean or a var that counts every element (nanmean's counts only numbers)."""
+    return isinstance(func, functools.partial) and "numel" not in func.keywords
+
+
+class CountChunk:
+    """dask's ``mean_chunk`` or ``moment_chunk`` with the chunk's count made on the host, and var's squares about
+    the mean in one kernel; the result moves to the host when small."""
+
+    def __init__(self, chunk: functools.partial):
+        self.chunk = chunk
+
+    def __call__(self, x, *args, **kwargs):
+        if not _is_device(x):
+            return self.chunk(x, *args, **kwargs)
+        keywords = {**self.chunk.keywords, **kwargs}
+        if self.chunk.func.__name__ == "moment_chunk":  # dask's divides a GPU total by the count: kept there
+            return _moment2(x, **keywords) if _plain_variance(x, keywords) else self.chunk(x, *args, **kwargs)
+        answer = self.chunk.func(x, *args, numel=count, **keywords)
+        if answer["total"].size > SMALL:  # the count joins the total on the GPU: a copy, no kernel
+            return {**answer, "n": to_device(answer["n"])}
+        return Moved(_convert(answer, to_host))
+
+
+def _plain_variance(x, keywords) -> bool:
+    """A second moment of real numbers, summed by dask's own sum: what :func:`_moment2` computes."""
+    extra = set(keywords) - {"order", "dtype", "axis", "keepdims", "implicit_complex_dtype"}
+    return (not extra and keywords.get("order", 2) == 2 and keywords.get("keepdims")
+            and (x.dtype.kind in "biu" or x.dtype in (np.float32, np.float64))
+            and np.dtype(keywords.get("dtype", "f8")) in (np.float32, np.float64))
+
+
+def _moment2(x, dtype="f8", axis=None, keepdims=True, **_):
+    """dask's ``moment_chunk`` of order 2: the total, the count and the sum of squares about the mean."""
+    n = count(x, axis=axis, keepdims=keepdims, dtype=np.int64)
+    total = x.sum(axis=axis, dtype=dtype, keepdims=keepdims)
+    if total.size > SMALL:
+        return _moment2_on_device(x, total, n, dtype, axis)
+    host = to_host(total)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = host / n
+    squares = to_host(squares_about(x, to_device(mean), axis, np.dtype(dtype)))
+    return Moved({"total": host, "n": n, "M": squares[..., np.newaxis]})
+
+
+def _moment2_on_device(x, total, n, dtype, axis):
+    n = to_device(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = total / n
+    return {"total": total, "n": n, "M": squares_about(x, mean, axis, np.dtype(dtype))[..., np.newaxis]}
+
+
+def count(x, axis=None, keepdims=False, dtype=np.float64, **_):
+    """dask's ``numel`` of ``x``, from its shape, as a NumPy array."""
+    axes = range(x.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = {a % x.ndim for a in axes}
+    shape = [1 if a in axes else n for a, n in enumerate(x.shape) if keepdims or a not in axes]
+    return np.full(shape, math.prod(x.shape[a] for a in axes), dtype=dtype)
+
+
+def squares_about(x, mean, axis, dtype):
+    """The sum of ``(x - mean) ** 2`` along ``axis``, kept, in ``dtype``, in one CuPy kernel (accumulating in
+    float64), where ``mean`` has ``x``'s dimensions."""
+    return _squares_kernel()(x, mean.astype(np.float64, copy=False), axis=axis, keepdims=True).astype(dtype, copy=False)
+
+
+@functools.cache
+def _squares_kernel():
+    import cupy
+
+    return cupy.ReductionKernel("T x, float64 mean", "float64 squares", "(double(x) - mean) * (double(x) - mean)",
+                                "a + b", "squares = a", "0", "dask_gpu_squares_about_mean")
 
 
 def _small_to_host(func, moved: list):
@@ -149,9 +231,11 @@ def to_host(value):
 
 
 def to_device(value):
-    """NumPy arrays and scalars as CuPy arrays (a copy, no kernel); anything else as it is."""
+    """NumPy arrays and scalars as CuPy arrays, by a copy: CuPy fills a 0-d array with a kernel of its own, so
+    each goes as one dimension and takes its shape on the GPU. Anything else as it is."""
     if isinstance(value, (np.ndarray, np.generic)):
         import cupy
 
-        return cupy.asarray(value)
+        value = np.asarray(value)
+        return cupy.asarray(value.reshape(-1)).reshape(value.shape)
     return value

@@ -261,7 +261,7 @@ def rewrite(dsk: dict, keys=()) -> dict:
             continue
         new, inlined = _rewrite(key, task, graph)
         if new is task:
-            hosted = host_steps.on_host(task)
+            hosted = _on_host(task)
             new = hosted if hosted is not None and graph.is_gpu(key) else task
         if new is not task:
             out[key] = new
@@ -272,6 +272,16 @@ def rewrite(dsk: dict, keys=()) -> dict:
     if not gone and all(out[k] is dsk.get(k) for k in out):
         return original
     return _inline_fused(out, graph)
+
+
+def _on_host(task):
+    """:func:`host_steps.on_host` of ``task``, or of the tasks in it where dask fused a chain with the step."""
+    if not (isinstance(task, Task) and task.func is execute_subgraph):
+        return host_steps.on_host(task)
+    inner = {k: host_steps.on_host(t) or t for k, t in task.args[0].items()}
+    if all(inner[k] is t for k, t in task.args[0].items()):
+        return None
+    return Task(task.key, execute_subgraph, inner, *task.args[1:])
 
 
 def _is_gpu(dsk, memo, key) -> bool:
