@@ -120,7 +120,8 @@ class LocalCUDACluster(SpecCluster):
 
     def _prepare_this_process(self) -> None:
         """What the client and the scheduler here need as the workers start: CuPy's serializers and dask-cudf
-        warmed, cuDF's spilling, UCX's settings."""
+        warmed (in threads, joined as the start ends: the user's first call imports nothing beside them), cuDF's
+        spilling, UCX's settings."""
         self._warming = []
         if self.devices and not all(d.simulated for _, d in self.devices):
             self._warming.append(arrays.warm_client())  # for the first CuPy result, while the workers start
@@ -164,13 +165,15 @@ class LocalCUDACluster(SpecCluster):
 
     async def _start(self):
         await super()._start()
+        for thread in self._warming:  # done before the user's first call, which would import beside it
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, 60)
         if self._dashboard:
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
             self._dashboard_task = asyncio.ensure_future(attach_dashboard(self.scheduler, prefix))
 
     async def _close(self):
         await super()._close()
-        for thread in self._warming:  # not torn down with the interpreter half way through an import
+        for thread in self._warming:  # a start that failed: not torn down with the interpreter mid-import
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 60)
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()

@@ -1,12 +1,17 @@
 """What a GPU worker does for arrays as it starts (dask_gpu.array.start): its first array task costs its second's."""
 
+import asyncio
+import os
+import subprocess
 import sys
+import textwrap
 
 import pytest
 from distributed import Client
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.array import start
+from dask_gpu.plugins import ImportsFirst
 
 
 def test_a_simulated_device_imports_dask_array_and_no_cupy(monkeypatch):
@@ -51,7 +56,7 @@ def test_a_worker_s_setup_does_not_wait_for_its_arrays(monkeypatch):
 
     monkeypatch.setattr(start, "warm", slow_warm)
     plugin = GPUWorker({"index": 0, "simulated": True}, 0)
-    plugin.setup(types.SimpleNamespace(name="gpu-0", data={}, metrics={}))
+    asyncio.run(plugin.setup(types.SimpleNamespace(name="gpu-0", data={}, metrics={})))  # no scheduler to ask
     assert plugin.warming.is_alive() and plugin.warmed_seconds is None  # setup has returned
     release.set()
     plugin.warming.join(30)
@@ -74,3 +79,47 @@ def test_a_gpu_worker_makes_its_cuda_context_as_it_starts():
 
     assert start.warm(simulated=False) > 0
     assert cupy.cuda.runtime.getDevice() == 0 and cupy.cuda.Device(0).compute_capability
+
+
+FIRST_TASK = textwrap.dedent("""
+    import time
+    from dask_gpu.array import start
+
+    def slow_warm(simulated):  # set in each worker too: its process runs this script's top again
+        time.sleep(1.5)
+        start.ORDER.append("imported")
+        return 0.5
+
+    start.ORDER, start.warm = [], slow_warm
+
+    def task():
+        from dask_gpu.array import start
+        start.ORDER.append("task")
+        return start.ORDER
+
+    if __name__ == "__main__":
+        from distributed import Client
+        from dask_gpu import LocalCUDACluster
+        with LocalCUDACluster(n_workers=1, dashboard_address=False) as cluster, Client(cluster) as client:
+            print(client.submit(task, pure=False).result(60))
+""")
+
+
+def test_a_new_worker_reads_its_first_task_once_its_warm_up_has_imported(tmp_path):
+    """Its warm-up imports in a thread; a task's import of the same package beside it would get half-made modules."""
+    (tmp_path / "first_task.py").write_text(FIRST_TASK)
+    env = {**os.environ, "DASK_GPU__SIMULATE": "1"}
+    done = subprocess.run([sys.executable, str(tmp_path / "first_task.py")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "['imported', 'task']"
+
+
+def test_the_scheduler_gives_the_wait_to_each_worker_and_other_workers_have_nothing_to_wait_for(simulate):
+    import types
+
+    simulate(2)
+    with LocalCUDACluster(dashboard_address=False, cpu_workers=1) as cluster, Client(cluster) as client:
+        names = client.run(lambda dask_worker: ImportsFirst.name in dask_worker.plugins)
+        assert len(names) == 3 and all(names.values())
+    ImportsFirst().setup(types.SimpleNamespace(plugins={}, name="cpu-0"))  # returns at once

@@ -315,7 +315,7 @@ def test_a_script_that_starts_a_cluster_without_the_main_guard_is_told_so_in_one
     assert "Nanny" not in done.stderr and len(done.stderr.splitlines()) < 15  # it was 198 lines, 12 tracebacks
 
 
-def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_as_it_closes(simulate, monkeypatch):
+def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_as_it_starts(simulate, monkeypatch):
     from dask_gpu.dataframe import start
 
     class Warming:  # a thread that is joined
@@ -332,9 +332,9 @@ def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_
     monkeypatch.setattr(start, "warm_client", Warming)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
         [warming] = cluster._warming  # simulated devices: no CuPy serializers to warm
-        assert isinstance(warming, Warming) and not Warming.joined
+        assert isinstance(warming, Warming) and Warming.joined == [60]  # before the user's first call
         assert warming.dask_cudf.__name__ == "cudf_backend"
-    assert Warming.joined == [60]
+    assert Warming.joined == [60, 60]  # and as it closes, where a start that failed left it running
     monkeypatch.setattr(start, "wanted", lambda simulated: False)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
         assert cluster._warming == []

@@ -371,12 +371,13 @@ class Plugin:
         self.warm_cudf, self.device, self.warmed_seconds = warm_cudf, {"simulated": simulated}, 1.0
 
 
-def test_a_worker_that_started_cold_warms_cudf_once_in_a_thread(monkeypatch, tmp_path):
+def test_a_worker_that_started_cold_imports_cudf_at_once_and_warms_it_once_in_a_thread(monkeypatch, tmp_path):
     import threading
     import types
 
-    warmed = []
-    monkeypatch.setattr(start, "warm", lambda directory: warmed.append(directory) or 0.5)
+    warmed, imported = [], []
+    monkeypatch.setattr(start, "warm", lambda directory, busy: warmed.append(directory) or 0.5)
+    monkeypatch.setattr(start, "import_cudf", lambda: imported.append(threading.current_thread().name) or 0.1)
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
     cold, warm, simulated = Plugin(), Plugin(warm_cudf=True), Plugin(simulated=True)
 
@@ -389,15 +390,31 @@ def test_a_worker_that_started_cold_warms_cudf_once_in_a_thread(monkeypatch, tmp
         if thread.name == start.WARMING:
             thread.join(10)
     assert warmed == [str(tmp_path)] and cold.warm_cudf and cold.warmed_seconds == 1.5
+    assert imported == [threading.current_thread().name]  # in the call: the worker reads no task meanwhile
     assert not any(start.warm_if_cold(worker(p)) for p in (cold, warm, simulated, None))
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: False)
     assert start.warm_if_cold(worker(Plugin())) is False and len(warmed) == 1
 
 
+def test_a_cold_worker_that_cannot_import_cudf_says_so_and_warms_nothing(monkeypatch, tmp_path, caplog):
+    import types
+
+    def failing():
+        raise ImportError("libcudf.so: cannot open shared object file")
+
+    monkeypatch.setattr(start, "import_cudf", failing)
+    monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
+    monkeypatch.setattr(start, "warm", lambda directory, busy: pytest.fail("warmed without cuDF"))
+    worker = types.SimpleNamespace(plugins={"dask-gpu": Plugin()}, local_directory=str(tmp_path), name="gpu-0")
+    with caplog.at_level("WARNING", logger="dask_gpu"):
+        assert start.warm_if_cold(worker) is False
+    assert "worker gpu-0 did not import cuDF: libcudf.so: cannot open shared object file" in caplog.text
+
+
 def test_a_worker_whose_warm_up_fails_starts_and_says_so(monkeypatch, tmp_path, caplog):
     import types
 
-    def failing(directory):
+    def failing(directory, busy):
         raise ValueError("Invalid row group index")
 
     monkeypatch.setattr(start, "warm", failing)
@@ -405,6 +422,54 @@ def test_a_worker_whose_warm_up_fails_starts_and_says_so(monkeypatch, tmp_path, 
     with caplog.at_level("WARNING", logger="dask_gpu"):
         assert start.warm_worker(worker) == 0.0
     assert "worker gpu-0 did not warm cuDF: Invalid row group index" in caplog.text
+
+
+def steps_run(monkeypatch, busy_answers, give_way=30.0) -> list:
+    """The steps a warm-up ran, with ``busy()`` answering ``busy_answers`` in turn (then not busy)."""
+    ran, answers = [], iter(busy_answers)
+
+    def steps(directory):
+        for step in ("imports", "reader", "group-bys", "joins"):
+            ran.append(step)
+            yield
+
+    monkeypatch.setattr(start, "_steps", steps)
+    monkeypatch.setattr(start, "GIVE_WAY", give_way)
+    monkeypatch.setattr(start.time, "sleep", lambda seconds: None)
+    start.warm("unused", busy=lambda: next(answers, False))
+    return ran
+
+
+def test_a_warm_up_waits_for_the_worker_s_tasks_between_steps(monkeypatch):
+    asked = []
+    monkeypatch.setattr(start, "_give_way", lambda busy, limit: asked.append(limit) or 0.0)
+    assert steps_run(monkeypatch, []) == ["imports", "reader", "group-bys", "joins"]
+    assert asked == [30.0] * 4  # after each step
+
+
+def test_a_warm_up_goes_on_once_the_tasks_are_done_and_stops_after_waiting_its_limit(monkeypatch):
+    assert steps_run(monkeypatch, [True] * 50) == ["imports", "reader", "group-bys", "joins"]
+    clock = iter(range(1000))
+    monkeypatch.setattr(start.time, "perf_counter", lambda: float(next(clock)))
+    assert steps_run(monkeypatch, [True] * 1000, give_way=5.0) == ["imports"]  # busy on: it gives up
+
+
+def test_a_worker_s_warm_up_asks_whether_it_runs_tasks(monkeypatch, tmp_path):
+    import types
+
+    seen = []
+    monkeypatch.setattr(start, "warm", lambda directory, busy: seen.append(busy()) or 0.25)
+    worker = types.SimpleNamespace(local_directory=str(tmp_path), name="gpu-0",
+                                   state=types.SimpleNamespace(executing_count=2))
+    assert start.warm_worker(worker) == 0.25 and seen == [True]
+    worker.state.executing_count = 0
+    assert start.warm_worker(worker) == 0.25 and seen == [True, False]
+
+
+@pytest.mark.gpu
+@pytest.mark.cudf
+def test_cudf_s_warm_up_runs_each_of_its_steps_on_a_gpu_and_leaves_no_file(tmp_path):
+    assert len(list(start._steps(str(tmp_path)))) == 7 and not list(tmp_path.iterdir())
 
 
 def test_the_client_s_workers_are_asked_to_warm_once_at_the_backend_s_first_use(monkeypatch):

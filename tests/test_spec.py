@@ -1,3 +1,4 @@
+import asyncio
 import dataclasses
 import importlib.util
 import os
@@ -326,6 +327,11 @@ def fake_worker(name="gpu-0"):
     return FakeWorker(name)
 
 
+def set_up(p, worker):
+    """The plugin's setup, as a worker awaits it (with no scheduler to ask for ImportsFirst)."""
+    asyncio.run(p.setup(worker))
+
+
 def test_plugin_name_and_info():
     p = plugin(cpu_affinity=[0], pre_import=["json"])
     assert p.name == "dask-gpu"
@@ -355,26 +361,26 @@ def test_plugin_from_spec_pickles(selected):
 def test_plugin_setup_missing_module():
     p = plugin(pre_import=("json", "dask_gpu_no_such_module"))
     with pytest.raises(ImportError, match=r"worker gpu-3 could not import 'dask_gpu_no_such_module'"):
-        p.setup(fake_worker("gpu-3"))
+        set_up(p, fake_worker("gpu-3"))
 
 
 def test_plugin_setup_imports(monkeypatch):
     monkeypatch.delitem(sys.modules, "colorsys", raising=False)
-    plugin(pre_import=("colorsys",)).setup(fake_worker())
+    set_up(plugin(pre_import=("colorsys",)), fake_worker())
     assert "colorsys" in sys.modules
 
 
 @pytest.mark.parametrize("cores", [ALLOWED_CORES, ALLOWED_CORES[:1]])
 def test_plugin_setup_pins(restore_affinity, cores):
     p = plugin(cpu_affinity=cores)
-    p.setup(fake_worker())
+    set_up(p, fake_worker())
     assert os.sched_getaffinity(0) == set(cores)
-    p.setup(fake_worker())  # idempotent
+    set_up(p, fake_worker())  # idempotent
     assert os.sched_getaffinity(0) == set(cores)
 
 
 def test_plugin_setup_without_affinity_leaves_cores(restore_affinity):
-    plugin(cpu_affinity=()).setup(fake_worker())
+    set_up(plugin(cpu_affinity=()), fake_worker())
     assert os.sched_getaffinity(0) == restore_affinity
 
 

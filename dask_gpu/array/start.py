@@ -3,9 +3,9 @@ A fresh worker's first dask.array task paid for importing dask.array (half a sec
 ``da.ones(10).sum()`` on a new cluster took 0.65 s, its second 0.02 s), on a GPU for importing CuPy and making
 the device's CUDA context, and for its first CuPy array sent to another process, for distributed's CuPy
 serializers, which import RMM (0.9 s on an H100 machine). A worker now does that in a thread of its own as it
-registers with the scheduler, beside the other workers; a task that comes sooner waits only for what is left
-of it (Python imports a module once, and others wait for that import). The client's process makes its own
-CuPy serializers ready the same way while its cluster starts (:func:`warm_client`).
+registers with the scheduler, beside the other workers, and reads its first task once the thread is through
+(:class:`dask_gpu.plugins.ImportsFirst`). The client's process makes its own CuPy serializers ready the same
+way while its cluster starts (:func:`warm_client`).
 """
 
 from __future__ import annotations

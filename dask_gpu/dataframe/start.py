@@ -2,10 +2,11 @@
 
 The first dataframe task of a fresh worker paid for importing cuDF and dask-cudf, for the CUDA context and the
 allocator, and for each of cuDF's operations the first time it runs: a query's first run took 10 s where its
-second took 0.5 s. A worker that will hold cuDF partitions now does all of that before it registers with the
-scheduler, in parallel with the other workers: it imports dask-cudf, writes and reads a small parquet file in
-its directory, and filters, divides, groups, joins and sorts it once. Workers that started before the ``gpu``
-backend was set warm when a client first uses the backend (:func:`warm_workers`), each in a thread of its own.
+second took 0.5 s. A worker that will hold cuDF partitions now does all of that in a thread beside its
+registration with the scheduler: it imports dask-cudf, writes and reads a small parquet file in its directory,
+and groups, divides, filters, joins and sorts it once, giving way to the worker's tasks between operations.
+Workers that started before the ``gpu`` backend was set warm when a client first uses the backend
+(:func:`warm_workers`), each in a thread of its own.
 """
 
 from __future__ import annotations
@@ -34,49 +35,97 @@ def _dask_cudf_installed() -> bool:
     return importlib.util.find_spec("dask_cudf") is not None
 
 
-def warm(directory: str) -> float:
-    """Import dask-cudf and run cuDF's reader and main operations once on a few rows; returns the seconds."""
-    start = time.perf_counter()
-    import cudf
-    import dask_cudf  # noqa: F401  registers cuDF with dask's dispatches, which every task looks up
-    import numpy as np
+GIVE_WAY = 30.0  # seconds a warm-up waits, in all, for a worker's tasks: after that, the rest is left undone
 
-    from dask_gpu.dataframe import parquet  # its read expression imports dask's dataframe expressions
 
-    rows = 4096
-    frame = cudf.DataFrame({"k": np.arange(rows) % 7, "x": np.linspace(-1, 1, rows),
-                            "s": np.array(["a", "bb", "ccc", "dddd"])[np.arange(rows) % 4],
-                            "t": np.arange(rows).astype("datetime64[s]").astype("datetime64[us]")})
-    path = os.path.join(directory, "dask-gpu-warm.parquet")
-    try:
-        frame.to_parquet(path)
-        # as a read task reads: row groups of several files in one call (cuDF plans them as a pyarrow dataset)
-        frame = parquet.read_pieces(((path, (0,)), (path, (0,))), ["k", "x", "s", "t"], "cudf")
-    finally:
-        if os.path.exists(path):
-            os.remove(path)
-    kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
-                 | frame.s.str.startswith("a") | (frame.t <= np.datetime64("1970-01-01T00:10", "us"))]
-    kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's kernels, of its dtype:
-                       ratio=kept.x / (kept.x + 2.0),  # integers, then floats
-                       z=kept.x.where(kept.s == "bb", 0.0), head=kept.s.str.slice(0, 1))
-    groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count", "min"], "y": "max", "t": "max"})
-    groups.columns = ["sum", "mean", "count", "min", "max", "last"]
-    joined = kept.merge(groups.reset_index(), on=["k", "s"], how="left").merge(groups.reset_index(), on="k")
-    joined.sort_values(["sum_x", "x"]).head(10).to_pandas()
-    kept.groupby("t").k.nunique().to_pandas()
-    kept[["k", "head"]].drop_duplicates().to_pandas()
-    float(kept.x.sum()), float(kept.z.max()), kept.t.min()
+def warm(directory: str, busy=None) -> float:
+    """Import dask-cudf and run cuDF's reader and main operations once on a few rows (:func:`_steps`), giving way
+    between operations while ``busy()`` says the worker runs tasks: it starts no operation beside the tasks it is
+    for, and stops once it has waited :data:`GIVE_WAY` seconds. Returns the seconds."""
+    start, waited = time.perf_counter(), 0.0
+    for _ in _steps(directory):
+        waited += _give_way(busy, GIVE_WAY - waited)
+        if waited >= GIVE_WAY:
+            logger.info("cuDF's warm-up left undone: its worker has run tasks for %.0f s", waited)
+            break
     seconds = time.perf_counter() - start
     logger.info("cuDF warmed in %.2f s", seconds)
     return seconds
 
 
-def warm_worker(dask_worker) -> float:
-    """:func:`warm` in ``dask_worker``'s directory; a failure is a warning and 0 seconds: the worker starts all the
-    same, and its first dataframe task meets the error again, where the user looks."""
+def import_cudf() -> float:
+    """Import cuDF and dask-cudf; returns the seconds."""
+    start = time.perf_counter()
+    import cudf  # noqa: F401
+    import dask_cudf  # noqa: F401  registers cuDF with dask's dispatches, which every task looks up
+
+    return time.perf_counter() - start
+
+
+def _give_way(busy, limit: float) -> float:
+    """Wait while ``busy()``, for ``limit`` seconds at most; returns the seconds waited."""
+    start = time.perf_counter()
+    while busy is not None and busy() and time.perf_counter() - start < limit:
+        time.sleep(0.01)
+    return time.perf_counter() - start
+
+
+def _steps(directory: str):
+    """cuDF's first calls, most needed first, with a pause after each: the imports, the parquet reader, group-bys
+    and the divisions of their means, filters, new columns, joins and sorts."""
+    import_cudf()
+    import cudf
+    import numpy as np
+
+    yield
+    frame = _read_back(directory, cudf)
+    yield
+    for key in ("k32", "k", "s"):  # the usual key types, and a mean's sum divided by its count
+        sums, counts = frame.groupby(key).x.sum(), frame.groupby(key).x.count()
+        (sums / counts).to_pandas(), (sums / counts.astype("int64")).to_pandas()
+        frame.groupby(key).agg({"x": ["sum", "mean", "count", "min", "max"]}).to_pandas()
+        yield
+    kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
+                 | frame.s.str.startswith("a") | (frame.t <= np.datetime64("1970-01-01T00:10", "us"))]
+    kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's kernels, of its dtype:
+                       ratio=kept.x / (kept.x + 2.0),  # integers, then floats
+                       z=kept.x.where(kept.s == "bb", 0.0), head=kept.s.str.slice(0, 1))
+    yield
+    groups = kept.groupby(["k", "s"]).agg({"x": ["sum", "mean", "count", "min"], "y": "max", "t": "max"})
+    groups.columns = ["sum", "mean", "count", "min", "max", "last"]
+    joined = kept.merge(groups.reset_index(), on=["k", "s"], how="left").merge(groups.reset_index(), on="k")
+    yield
+    joined.sort_values(["sum_x", "x"]).head(10).to_pandas()
+    kept.groupby("t").k.nunique().to_pandas()
+    kept[["k", "head"]].drop_duplicates().to_pandas()
+    float(kept.x.sum()), float(kept.z.max()), kept.t.min()
+
+
+def _read_back(directory: str, cudf):
+    """A few rows written as parquet in ``directory`` and read back as a read task reads: row groups of several
+    files in one call (cuDF plans them as a pyarrow dataset)."""
+    import numpy as np
+
+    from dask_gpu.dataframe import parquet  # its read expression imports dask's dataframe expressions
+
+    rows = np.arange(4096)
+    frame = cudf.DataFrame({"k": rows % 7, "k32": (rows % 5).astype("int32"), "x": np.linspace(-1, 1, len(rows)),
+                            "s": np.array(["a", "bb", "ccc", "dddd"])[rows % 4],
+                            "t": rows.astype("datetime64[s]").astype("datetime64[us]")})
+    path = os.path.join(directory, "dask-gpu-warm.parquet")
     try:
-        return warm(dask_worker.local_directory)
+        frame.to_parquet(path)
+        return parquet.read_pieces(((path, (0,)), (path, (0,))), list(frame.columns), "cudf")
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def warm_worker(dask_worker) -> float:
+    """:func:`warm` in ``dask_worker``'s directory, giving way to its tasks; a failure is a warning and 0 seconds:
+    the worker starts all the same, and its first dataframe task meets the error again, where the user looks."""
+    try:
+        return warm(dask_worker.local_directory, busy=lambda: dask_worker.state.executing_count > 0)
     except Exception as e:  # noqa: BLE001
         logger.warning("worker %s did not warm cuDF: %s", dask_worker.name, e)
         return 0.0
@@ -176,11 +225,17 @@ def warm_workers() -> None:
 
 def warm_if_cold(dask_worker) -> bool:
     """On a GPU worker that did not warm cuDF as it started (its plugin says so), with a real device and dask-cudf:
-    :func:`warm` in a thread of its own, and True; False elsewhere."""
+    cuDF imported now, in the worker's event loop, which reads no task meanwhile (a task importing cuDF's modules
+    beside another thread gets half-made ones), then :func:`warm` in a thread of its own; True. False elsewhere."""
     plugin = next((p for p in dask_worker.plugins.values() if hasattr(p, "warm_cudf")), None)
     if plugin is None or plugin.warm_cudf or plugin.device.get("simulated") or not _dask_cudf_installed():
         return False
     plugin.warm_cudf = True
+    try:
+        import_cudf()
+    except Exception as e:  # noqa: BLE001  the first dataframe task meets it again, where the user looks
+        logger.warning("worker %s did not import cuDF: %s", dask_worker.name, e)
+        return False
 
     def run():
         plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm_worker(dask_worker)
