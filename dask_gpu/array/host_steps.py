@@ -120,10 +120,15 @@ class CountChunk:
         keywords = {**self.chunk.keywords, **kwargs}
         if self.chunk.func.__name__ == "moment_chunk":  # dask's divides a GPU total by the count: kept there
             return _moment2(x, **keywords) if _plain_variance(x, keywords) else self.chunk(x, *args, **kwargs)
-        answer = self.chunk.func(x, *args, numel=count, **keywords)
-        if answer["total"].size > SMALL:  # the count joins the total on the GPU: a copy, no kernel
-            return {**answer, "n": to_device(answer["n"])}
+        return _placed(self.chunk.func(x, *args, numel=count, **keywords))
+
+
+def _placed(answer: dict):
+    """A chunk step's answer moved to the host where its total is small, else all of it on the GPU (a count made
+    on the host goes there by a copy, no kernel)."""
+    if answer["total"].size <= SMALL:
         return Moved(_convert(answer, to_host))
+    return _convert(answer, to_device)
 
 
 def _plain_variance(x, keywords) -> bool:
@@ -138,20 +143,12 @@ def _moment2(x, dtype="f8", axis=None, keepdims=True, **_):
     """dask's ``moment_chunk`` of order 2: the total, the count and the sum of squares about the mean."""
     n = count(x, axis=axis, keepdims=keepdims, dtype=np.int64)
     total = x.sum(axis=axis, dtype=dtype, keepdims=keepdims)
-    if total.size > SMALL:
-        return _moment2_on_device(x, total, n, dtype, axis)
-    host = to_host(total)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = host / n
-    squares = to_host(squares_about(x, to_device(mean), axis, np.dtype(dtype)))
-    return Moved({"total": host, "n": n, "M": squares[..., np.newaxis]})
-
-
-def _moment2_on_device(x, total, n, dtype, axis):
-    n = to_device(n)
+    where = to_host if total.size <= SMALL else to_device  # a small total's mean on the host: no kernel
+    total, n = where(total), where(n)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = total / n
-    return {"total": total, "n": n, "M": squares_about(x, mean, axis, np.dtype(dtype))[..., np.newaxis]}
+    squares = squares_about(x, to_device(mean), axis, np.dtype(dtype))
+    return _placed({"total": total, "n": n, "M": squares[..., np.newaxis]})
 
 
 def count(x, axis=None, keepdims=False, dtype=np.float64, **_):
