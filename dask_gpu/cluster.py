@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 from importlib.util import find_spec
 
 import dask
@@ -24,6 +25,9 @@ from dask_gpu.options import ClusterOptions, WorkerOptions
 from dask_gpu.plugins import spill_cudf
 from dask_gpu.scheduler import GPUScheduler, attach_dashboard
 from dask_gpu.spec import cpu_worker_spec, cpu_worker_threads, gpu_worker_spec
+
+logger = logging.getLogger("dask_gpu")
+WARMING = "dask-gpu-warm-client"  # the name of the thread that warms this process for a cluster's first calls
 
 
 class LocalCUDACluster(SpecCluster):
@@ -117,24 +121,44 @@ class LocalCUDACluster(SpecCluster):
             workers[self.devices[position][1].label] = self._spec(position)
         super().__init__(workers=workers, scheduler=self._scheduler_spec(options), worker=self._spec(0),
                          security=options.security, silence_logs=options.silence_logs, **options.spec_cluster)
+        if not self.called_from_running_loop:  # started: its workers too (await it, where asynchronous)
+            self.sync(self._warmed)
 
     def _prepare_this_process(self) -> None:
         """What the client and the scheduler here need as the workers start: CuPy's serializers and dask-cudf
-        warmed (in threads, joined as the start ends: the user's first call imports nothing beside them), cuDF's
-        spilling, UCX's settings."""
-        self._warming = []
+        warmed (:meth:`_warm_up`), cuDF's spilling, UCX's settings."""
+        self._warm_ups = []
         if self.devices and not all(d.simulated for _, d in self.devices):
-            self._warming.append(arrays.warm_client())  # for the first CuPy result, while the workers start
+            self._warm_ups.append(arrays.client_warm_up())  # for the first CuPy result
         if self.devices and start.wanted(any(d.simulated for _, d in self.devices)):
             from dask_gpu.dataframe import backend  # dask.dataframe: only where cuDF's partitions are asked for
 
-            self._warming.append(start.warm_client(backend.cudf_backend))  # the client's dask-cudf, meanwhile
-        self._warming = [thread for thread in self._warming if thread is not None]
+            self._warm_ups.append(start.client_warm_up(backend.cudf_backend))  # the client's dask-cudf
+        self._warm_ups = [step for step in self._warm_ups if step is not None]
+        self._warming = None
         self._undo_cudf_spill = None
         if self.options.cudf_spill:  # the client's cuDF objects too, as in each worker
             self._undo_cudf_spill = spill_cudf(True, self.options.cudf_spill_stats)
         if self.options.ucx:  # the scheduler and clients here too; other distributed-ucxx settings stay
             dask.config.set({f"distributed-ucxx.{k}": v for k, v in self.options.ucx.items()})
+
+    def _warm_up(self) -> None:
+        """This process's warm-ups, in a thread of their own, in turn (one import at a time), started once: as the
+        first nanny spawns its worker (the scheduler's ``on_nanny``), so that they run beside the workers' start,
+        not before it, or as the start ends where no nanny came. The start ends once they are done
+        (:meth:`_warmed`). A failure is left to the first call that needs it."""
+        if self._warming is not None or not self._warm_ups:
+            return
+
+        def run():
+            for step in self._warm_ups:
+                try:
+                    step()
+                except Exception as e:  # noqa: BLE001  the first call that needs it raises it, where the user looks
+                    logger.debug("%s was not warmed: %s", step, e)
+
+        self._warming = threading.Thread(target=run, name=WARMING, daemon=True)
+        self._warming.start()
 
     @property
     def options(self) -> WorkerOptions:
@@ -159,25 +183,37 @@ class LocalCUDACluster(SpecCluster):
                 "dashboard": None if dashboard and not self._dashboard else False,  # None: "install bokeh" page
                 # off: a free port on the scheduler's host for its HTTP routes (not 8787, not every interface)
                 "dashboard_address": parse.on_host(dashboard, host) if dashboard else f"{host or ''}:0",
+                "on_nanny": self._warm_up,
                 **options.scheduler_kwargs,
             },
         }
 
+    def __await__(self):
+        yield from super().__await__()
+        yield from self._warmed().__await__()
+        return self
+
+    async def _warmed(self) -> None:
+        """The warm-up done, once the workers have started: the user's first call imports nothing beside it."""
+        self._warm_up()  # where no nanny came
+        await self._join_warm_up()
+
     async def _start(self):
         await super()._start()
-        for thread in self._warming:  # done before the user's first call, which would import beside it
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, 60)
         if self._dashboard:
             prefix = self.scheduler_spec["options"].get("http_prefix", "/")
             self._dashboard_task = asyncio.ensure_future(attach_dashboard(self.scheduler, prefix))
 
     async def _close(self):
         await super()._close()
-        for thread in self._warming:  # a start that failed: not torn down with the interpreter mid-import
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, 60)
+        await self._join_warm_up()  # a start that failed: not torn down with the interpreter mid-import
         if self._undo_cudf_spill is not None:  # the client's cuDF as it was: its next cluster may not spill
             self._undo_cudf_spill()
             self._undo_cudf_spill = None
+
+    async def _join_warm_up(self) -> None:
+        if self._warming is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._warming.join, 60)
 
     def _spec(self, position: int) -> dict:
         return gpu_worker_spec(self.devices, position, self.options, self._n_total)

@@ -33,10 +33,10 @@ class GPUWorker(WorkerPlugin):
     warms cuDF where the worker will hold cuDF dataframes (``warm_cudf``), exports the device
     memory metrics, and answers :meth:`info` for ``dask gpu config``.
 
-    The warm-up runs in a thread beside the worker's registration. Its imports finish before the worker reads
-    its first message (:class:`ImportsFirst`): Python gives one of two threads that import a package's modules
-    at once a half-made module (a worker whose first task imported ``dask.array.creation`` while the warm-up
-    imported ``dask.array`` failed on ``arange``).
+    The warm-up runs in a thread beside the worker's registration. Its imports, and cuDF's first calls where it
+    warms cuDF, are done before the worker reads its first message (:class:`WarmFirst`): Python gives one of two
+    threads that import a package's modules at once a half-made module (a worker whose first task imported
+    ``dask.array.creation`` while the warm-up imported ``dask.array`` failed on ``arange``).
     """
 
     name = "dask-gpu"
@@ -52,7 +52,7 @@ class GPUWorker(WorkerPlugin):
         self.warm_cudf = warm_cudf
         self.warmed_seconds = None  # what getting arrays (and cuDF, where warmed) ready took, once done
         self.warming = None  # the thread that gets them ready
-        self.imported = None  # an event, set once that thread's imports are done
+        self.ready = None  # an event, set once the worker may read its messages (see WarmFirst)
 
     async def setup(self, worker):
         from dask_gpu.memory import stats
@@ -65,31 +65,29 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
-        self.imported = threading.Event()
+        self.ready = threading.Event()
         self.warming = threading.Thread(target=self._warm, args=(worker,), name=arrays.WARMING, daemon=True)
         self.warming.start()
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)
-        await ImportsFirst.give(worker)
+        await WarmFirst.give(worker)
 
     def _warm(self, worker):
         """dask.array and CuPy ready (:mod:`dask_gpu.array.start`), and cuDF where asked, beside the worker's
-        registration; ``imported`` set once the imports are done, ``warmed_seconds`` once all is."""
+        registration; ``ready`` set once the imports, and cuDF's first calls, are done, ``warmed_seconds`` once all
+        is."""
         from dask_gpu.dataframe import start
 
         try:
             seconds = arrays.warm(bool(self.device.get("simulated")))
             if self.warm_cudf:
-                seconds += start.import_cudf()
-            self.imported.set()
-            if self.warm_cudf:
-                seconds += start.warm_worker(worker)
+                seconds += start.warm_worker(worker, ready=self.ready.set)
             self.warmed_seconds = seconds  # shown by dask gpu bench
         except Exception as e:  # noqa: BLE001  a task that needs it raises it, where the user looks
             logger.warning("worker %s did not get arrays ready as it started: %r", worker.name, e)
         finally:
-            self.imported.set()
+            self.ready.set()
 
     def _prepare_allocator(self, worker):
         """The allocator, with spilling on allocation failure, before the first allocation.
@@ -120,22 +118,23 @@ class GPUWorker(WorkerPlugin):
         }
 
 
-class ImportsFirst(WorkerPlugin):
-    """Holds a new GPU worker's first message until its warm-up thread's imports are done.
+class WarmFirst(WorkerPlugin):
+    """Holds a new GPU worker's first message until its warm-up thread says it is ready (:class:`GPUWorker`): its
+    imports are done, and cuDF's first calls where it warms cuDF.
 
     The scheduler sets it up on each worker as the worker registers, before the worker reads its first task
     or call: its setup waits in the worker's event loop, which then reads nothing. A GPU worker asks its
     scheduler for it as it starts (:meth:`give`); other workers have nothing to wait for.
     """
 
-    name = "dask-gpu-imports-first"
+    name = "dask-gpu-warm-first"
     LIMIT = 120.0  # seconds: past this, the worker reads its messages and the warm-up goes on
 
     def setup(self, worker):
         plugin = worker.plugins.get(GPUWorker.name)
-        imported = getattr(plugin, "imported", None)
-        if imported is not None and not imported.wait(self.LIMIT):
-            logger.warning("worker %s reads its messages before its warm-up has imported all", worker.name)
+        ready = getattr(plugin, "ready", None)
+        if ready is not None and not ready.wait(self.LIMIT):
+            logger.warning("worker %s reads its messages before its warm-up is ready", worker.name)
 
     @classmethod
     async def give(cls, worker, timeout: float = 5.0):

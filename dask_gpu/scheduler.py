@@ -156,18 +156,26 @@ def plugins() -> list:
 
 class GPUScheduler(Scheduler):
     """distributed's Scheduler, with :func:`plugins`, its root-task queue (``worker-saturation``) chosen here,
-    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`), and
-    :class:`DeviceIndices` (``device_indices``: GPU worker name -> its device's index)."""
+    Python's cycle collector paused while it takes a graph in (:mod:`dask_gpu.memory.collector`),
+    :class:`DeviceIndices` (``device_indices``: GPU worker name -> its device's index), and ``on_nanny``, called
+    once, as the first nanny asks to start its worker process."""
 
-    def __init__(self, *args, worker_saturation=None, device_indices=None, **kwargs):
+    def __init__(self, *args, worker_saturation=None, device_indices=None, on_nanny=None, **kwargs):
         chosen = {} if worker_saturation is None else {"distributed.scheduler.worker-saturation": worker_saturation}
         with dask.config.set(chosen):  # read once, while the scheduler is made
             super().__init__(*args, **kwargs)
+        self._on_nanny = on_nanny
         for plugin, *_ in plugins():
             self.add_plugin(plugin)
         if device_indices:
             self.add_plugin(DeviceIndices(device_indices))
         quiet_shuffle_logs()
+
+    async def add_nanny(self, comm, address):  # distributed's "register_nanny" handler, as it reads its arguments
+        on_nanny, self._on_nanny = self._on_nanny, None
+        if on_nanny is not None:
+            on_nanny()
+        return await super().add_nanny(comm, address)
 
     async def update_graph(self, *args, **kwargs):
         # unpickling and materializing make a task object per chunk, and more; the array optimizer, which runs as

@@ -11,7 +11,7 @@ from distributed import Client
 
 from dask_gpu import LocalCUDACluster
 from dask_gpu.array import start
-from dask_gpu.plugins import ImportsFirst
+from dask_gpu.plugins import WarmFirst
 
 
 def test_a_simulated_device_imports_dask_array_and_no_cupy(monkeypatch):
@@ -63,14 +63,14 @@ def test_a_worker_s_setup_does_not_wait_for_its_arrays(monkeypatch):
     assert calls == [True] and plugin.warmed_seconds == 1.5
 
 
-def test_the_client_gets_cupy_s_serializers_in_a_thread_where_cupy_is_installed(monkeypatch):
+def test_the_client_s_warm_up_imports_cupy_s_serializers_where_cupy_is_installed(monkeypatch):
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: None)
-    assert start.warm_client() is None
+    assert start.client_warm_up() is None
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setitem(sys.modules, "distributed.protocol.cupy", None)  # importing it raises: logged, not raised
-    thread = start.warm_client()
-    thread.join(10)
-    assert thread.name == start.WARMING and not thread.is_alive()
+    imported = []
+    monkeypatch.setattr(start.importlib, "import_module", imported.append)
+    start.client_warm_up()()
+    assert imported == ["distributed.protocol.cupy"]
 
 
 @pytest.mark.gpu
@@ -120,6 +120,6 @@ def test_the_scheduler_gives_the_wait_to_each_worker_and_other_workers_have_noth
 
     simulate(2)
     with LocalCUDACluster(dashboard_address=False, cpu_workers=1) as cluster, Client(cluster) as client:
-        names = client.run(lambda dask_worker: ImportsFirst.name in dask_worker.plugins)
+        names = client.run(lambda dask_worker: WarmFirst.name in dask_worker.plugins)
         assert len(names) == 3 and all(names.values())
-    ImportsFirst().setup(types.SimpleNamespace(plugins={}, name="cpu-0"))  # returns at once
+    WarmFirst().setup(types.SimpleNamespace(plugins={}, name="cpu-0"))  # returns at once

@@ -315,29 +315,54 @@ def test_a_script_that_starts_a_cluster_without_the_main_guard_is_told_so_in_one
     assert "Nanny" not in done.stderr and len(done.stderr.splitlines()) < 15  # it was 198 lines, 12 tracebacks
 
 
-def test_a_cluster_for_cudf_partitions_warms_the_client_s_cudf_and_waits_for_it_as_it_starts(simulate, monkeypatch):
+def test_a_cluster_for_cudf_partitions_warms_the_client_once_its_first_worker_spawns_and_waits_for_it(simulate,
+                                                                                                       monkeypatch):
+    """The warm-up's imports held up the spawning of the workers: it starts as the first nanny asks to spawn."""
+    import threading
+
+    from dask_gpu import cluster as cluster_module
     from dask_gpu.dataframe import start
+    from dask_gpu.scheduler import GPUScheduler
 
-    class Warming:  # a thread that is joined
-        joined = []
+    events, add_nanny = [], GPUScheduler.add_nanny
 
-        def __init__(self, dask_cudf):
-            self.dask_cudf = dask_cudf
+    async def asked(self, comm, address):
+        events.append("nanny")
+        return await add_nanny(self, comm, address)
 
-        def join(self, timeout=None):
-            self.joined.append(timeout)
+    def step(dask_cudf):
+        def run():
+            time.sleep(0.5)  # joined before the start returns, however long it takes
+            events.append((threading.current_thread().name, dask_cudf.__name__))
+        return run
 
     simulate(1)
+    monkeypatch.setattr(GPUScheduler, "add_nanny", asked)
     monkeypatch.setattr(start, "wanted", lambda simulated: True)
-    monkeypatch.setattr(start, "warm_client", Warming)
-    with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
-        [warming] = cluster._warming  # simulated devices: no CuPy serializers to warm
-        assert isinstance(warming, Warming) and Warming.joined == [60]  # before the user's first call
-        assert warming.dask_cudf.__name__ == "cudf_backend"
-    assert Warming.joined == [60, 60]  # and as it closes, where a start that failed left it running
+    monkeypatch.setattr(start, "client_warm_up", step)
+    with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=2):
+        assert events[0] == "nanny" and events[-1] == (cluster_module.WARMING, "cudf_backend")
+        assert len(events) == 3  # one warm-up, for two nannies
     monkeypatch.setattr(start, "wanted", lambda simulated: False)
     with LocalCUDACluster(dashboard_address=False, n_workers=0, cpu_workers=1) as cluster:
-        assert cluster._warming == []
+        assert cluster._warm_ups == [] and cluster._warming is None
+
+
+def test_a_failing_warm_up_step_is_logged_and_the_next_runs(caplog):
+    import types
+
+    ran = []
+
+    def failing():
+        raise ImportError("no dask-cudf here")
+
+    cluster = types.SimpleNamespace(_warming=None, _warm_ups=[failing, lambda: ran.append("next")])
+    with caplog.at_level("DEBUG", logger="dask_gpu"):
+        LocalCUDACluster._warm_up(cluster)
+        first = cluster._warming
+        LocalCUDACluster._warm_up(cluster)  # started once
+        first.join(10)
+    assert cluster._warming is first and ran == ["next"] and "no dask-cudf here" in caplog.text
 
 
 def test_the_cluster_s_scheduler_has_the_plugins_dask_gpu_gives_any_scheduler(simulate):

@@ -325,28 +325,28 @@ def test_workers_warm_cudf_where_their_partitions_will_be_cudf(monkeypatch, back
         assert start.wanted(simulated) is want
 
 
-def test_a_client_warms_its_dask_cudf_in_a_thread_and_a_failure_is_left_to_its_first_call(monkeypatch):
+def test_a_client_s_warm_up_imports_dask_cudf_then_plans_the_usual_operations(monkeypatch):
     import sys
-    import threading
     import types
 
     made, planned = [], []
 
     class Plan:
         def optimize(self):
-            planned.append(threading.current_thread().name)
+            planned.append(len(made))
 
     monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(DataFrame=pd.DataFrame))
     monkeypatch.setattr(start, "plan_usual", lambda frame_type: made.append(frame_type) or [Plan(), Plan()])
-    start.warm_client(lambda: made.append(threading.current_thread().name)).join(10)
-    assert made == [start.WARMING, pd.DataFrame] and planned == [start.WARMING] * 2
+    run = start.client_warm_up(lambda: made.append("dask-cudf"))
+    assert made == []  # nothing before the cluster runs it
+    run()
+    assert made == ["dask-cudf", pd.DataFrame] and planned == [2, 2]
 
     def missing():
         raise ImportError("no dask-cudf here")
 
-    thread = start.warm_client(missing)
-    thread.join(10)
-    assert not thread.is_alive()
+    with pytest.raises(ImportError, match="no dask-cudf here"):  # the cluster's thread logs it
+        start.client_warm_up(missing)()
 
 
 def test_the_usual_operations_are_planned_and_right_on_pandas_partitions():
@@ -371,32 +371,40 @@ class Plugin:
         self.warm_cudf, self.device, self.warmed_seconds = warm_cudf, {"simulated": simulated}, 1.0
 
 
-def test_a_worker_that_started_cold_imports_cudf_at_once_and_warms_it_once_in_a_thread(monkeypatch, tmp_path):
+def test_a_worker_that_started_cold_makes_cudf_s_first_calls_in_the_call_and_the_rest_in_a_thread(monkeypatch,
+                                                                                                  tmp_path):
     import threading
     import types
 
-    warmed, imported = [], []
-    monkeypatch.setattr(start, "warm", lambda directory, busy: warmed.append(directory) or 0.5)
-    monkeypatch.setattr(start, "import_cudf", lambda: imported.append(threading.current_thread().name) or 0.1)
+    warmed, rest = [], threading.Event()
+
+    def warm(directory, busy, ready):
+        warmed.append((directory, threading.current_thread().name))
+        ready()  # the first calls are made: the call returns
+        rest.wait(10)
+        return 0.5
+
+    monkeypatch.setattr(start, "warm", warm)
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
-    cold, warm, simulated = Plugin(), Plugin(warm_cudf=True), Plugin(simulated=True)
+    cold, warm_plugin, simulated = Plugin(), Plugin(warm_cudf=True), Plugin(simulated=True)
 
     def worker(plugin):
         return types.SimpleNamespace(plugins={"dask-gpu": plugin} if plugin else {}, local_directory=str(tmp_path),
-                                     name="gpu-0")
+                                     name="gpu-0", state=types.SimpleNamespace(executing_count=0))
 
     assert start.warm_if_cold(worker(cold)) is True
+    assert warmed == [(str(tmp_path), start.WARMING)] and cold.warm_cudf and cold.warmed_seconds == 1.0
+    rest.set()
     for thread in threading.enumerate():
         if thread.name == start.WARMING:
             thread.join(10)
-    assert warmed == [str(tmp_path)] and cold.warm_cudf and cold.warmed_seconds == 1.5
-    assert imported == [threading.current_thread().name]  # in the call: the worker reads no task meanwhile
-    assert not any(start.warm_if_cold(worker(p)) for p in (cold, warm, simulated, None))
+    assert cold.warmed_seconds == 1.5
+    assert not any(start.warm_if_cold(worker(p)) for p in (cold, warm_plugin, simulated, None))
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: False)
     assert start.warm_if_cold(worker(Plugin())) is False and len(warmed) == 1
 
 
-def test_a_cold_worker_that_cannot_import_cudf_says_so_and_warms_nothing(monkeypatch, tmp_path, caplog):
+def test_a_cold_worker_that_cannot_import_cudf_says_so_and_the_call_returns(monkeypatch, tmp_path, caplog):
     import types
 
     def failing():
@@ -404,17 +412,17 @@ def test_a_cold_worker_that_cannot_import_cudf_says_so_and_warms_nothing(monkeyp
 
     monkeypatch.setattr(start, "import_cudf", failing)
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
-    monkeypatch.setattr(start, "warm", lambda directory, busy: pytest.fail("warmed without cuDF"))
-    worker = types.SimpleNamespace(plugins={"dask-gpu": Plugin()}, local_directory=str(tmp_path), name="gpu-0")
+    worker = types.SimpleNamespace(plugins={"dask-gpu": Plugin()}, local_directory=str(tmp_path), name="gpu-0",
+                                   state=types.SimpleNamespace(executing_count=0))
     with caplog.at_level("WARNING", logger="dask_gpu"):
-        assert start.warm_if_cold(worker) is False
-    assert "worker gpu-0 did not import cuDF: libcudf.so: cannot open shared object file" in caplog.text
+        assert start.warm_if_cold(worker) is True  # it tried: not again
+    assert "worker gpu-0 did not warm cuDF: libcudf.so: cannot open shared object file" in caplog.text
 
 
 def test_a_worker_whose_warm_up_fails_starts_and_says_so(monkeypatch, tmp_path, caplog):
     import types
 
-    def failing(directory, busy):
+    def failing(directory, busy, ready):
         raise ValueError("Invalid row group index")
 
     monkeypatch.setattr(start, "warm", failing)
@@ -425,51 +433,55 @@ def test_a_worker_whose_warm_up_fails_starts_and_says_so(monkeypatch, tmp_path, 
 
 
 def steps_run(monkeypatch, busy_answers, give_way=30.0) -> list:
-    """The steps a warm-up ran, with ``busy()`` answering ``busy_answers`` in turn (then not busy)."""
+    """The steps a warm-up ran, with ``busy()`` answering ``busy_answers`` in turn (then not busy), and when it said
+    it was ready."""
     ran, answers = [], iter(busy_answers)
 
-    def steps(directory):
-        for step in ("imports", "reader", "group-bys", "joins"):
+    def later(frame):
+        for step in ("filters", "joins", "sorts"):
             ran.append(step)
             yield
 
-    monkeypatch.setattr(start, "_steps", steps)
+    monkeypatch.setattr(start, "_first_calls", lambda directory: ran.append("reader, group-bys") or "frame")
+    monkeypatch.setattr(start, "_later_calls", later)
     monkeypatch.setattr(start, "GIVE_WAY", give_way)
     monkeypatch.setattr(start.time, "sleep", lambda seconds: None)
-    start.warm("unused", busy=lambda: next(answers, False))
+    start.warm("unused", busy=lambda: next(answers, False), ready=lambda: ran.append("ready"))
     return ran
 
 
-def test_a_warm_up_waits_for_the_worker_s_tasks_between_steps(monkeypatch):
+def test_a_warm_up_makes_the_first_calls_then_says_it_is_ready_and_waits_for_tasks_between_the_others(
+        monkeypatch):
     asked = []
     monkeypatch.setattr(start, "_give_way", lambda busy, limit: asked.append(limit) or 0.0)
-    assert steps_run(monkeypatch, []) == ["imports", "reader", "group-bys", "joins"]
-    assert asked == [30.0] * 4  # after each step
+    assert steps_run(monkeypatch, []) == ["reader, group-bys", "ready", "filters", "joins", "sorts"]
+    assert asked == [30.0] * 3  # after each later step
 
 
 def test_a_warm_up_goes_on_once_the_tasks_are_done_and_stops_after_waiting_its_limit(monkeypatch):
-    assert steps_run(monkeypatch, [True] * 50) == ["imports", "reader", "group-bys", "joins"]
+    assert steps_run(monkeypatch, [True] * 50) == ["reader, group-bys", "ready", "filters", "joins", "sorts"]
     clock = iter(range(1000))
     monkeypatch.setattr(start.time, "perf_counter", lambda: float(next(clock)))
-    assert steps_run(monkeypatch, [True] * 1000, give_way=5.0) == ["imports"]  # busy on: it gives up
+    assert steps_run(monkeypatch, [True] * 1000, give_way=5.0) == ["reader, group-bys", "ready", "filters"]
 
 
-def test_a_worker_s_warm_up_asks_whether_it_runs_tasks(monkeypatch, tmp_path):
+def test_a_worker_s_warm_up_asks_whether_it_runs_tasks_and_passes_on_ready(monkeypatch, tmp_path):
     import types
 
     seen = []
-    monkeypatch.setattr(start, "warm", lambda directory, busy: seen.append(busy()) or 0.25)
+    monkeypatch.setattr(start, "warm", lambda directory, busy, ready: seen.append((busy(), ready)) or 0.25)
     worker = types.SimpleNamespace(local_directory=str(tmp_path), name="gpu-0",
                                    state=types.SimpleNamespace(executing_count=2))
-    assert start.warm_worker(worker) == 0.25 and seen == [True]
+    assert start.warm_worker(worker, ready=print) == 0.25 and seen == [(True, print)]
     worker.state.executing_count = 0
-    assert start.warm_worker(worker) == 0.25 and seen == [True, False]
+    assert start.warm_worker(worker) == 0.25 and seen == [(True, print), (False, None)]
 
 
 @pytest.mark.gpu
 @pytest.mark.cudf
-def test_cudf_s_warm_up_runs_each_of_its_steps_on_a_gpu_and_leaves_no_file(tmp_path):
-    assert len(list(start._steps(str(tmp_path)))) == 7 and not list(tmp_path.iterdir())
+def test_cudf_s_warm_up_makes_each_of_its_calls_on_a_gpu_and_leaves_no_file(tmp_path):
+    frame = start._first_calls(str(tmp_path))
+    assert len(frame) == 8192 and len(list(start._later_calls(frame))) == 3 and not list(tmp_path.iterdir())
 
 
 def test_the_client_s_workers_are_asked_to_warm_once_at_the_backend_s_first_use(monkeypatch):

@@ -328,7 +328,7 @@ def fake_worker(name="gpu-0"):
 
 
 def set_up(p, worker):
-    """The plugin's setup, as a worker awaits it (with no scheduler to ask for ImportsFirst)."""
+    """The plugin's setup, as a worker awaits it (with no scheduler to ask for WarmFirst)."""
     asyncio.run(p.setup(worker))
 
 

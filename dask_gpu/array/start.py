@@ -4,15 +4,16 @@ A fresh worker's first dask.array task paid for importing dask.array (half a sec
 the device's CUDA context, and for its first CuPy array sent to another process, for distributed's CuPy
 serializers, which import RMM (0.9 s on an H100 machine). A worker now does that in a thread of its own as it
 registers with the scheduler, beside the other workers, and reads its first task once the thread is through
-(:class:`dask_gpu.plugins.ImportsFirst`). The client's process makes its own CuPy serializers ready the same
-way while its cluster starts (:func:`warm_client`).
+(:class:`dask_gpu.plugins.WarmFirst`). The client's process makes its own CuPy serializers ready the same
+way while its cluster's workers start (:func:`client_warm_up`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import logging
-import threading
 import time
 
 logger = logging.getLogger("dask_gpu")
@@ -36,18 +37,9 @@ def warm(simulated: bool) -> float:
     return seconds
 
 
-def warm_client() -> threading.Thread | None:
-    """distributed's CuPy serializers imported in this process, in a thread of its own, where CuPy is installed:
-    what the client's first CuPy result pays otherwise, done while a cluster starts its workers."""
+def client_warm_up():
+    """What the client's first CuPy result pays otherwise, for a cluster to run in this process while its workers
+    start: distributed's CuPy serializers imported. None where CuPy is not installed."""
     if importlib.util.find_spec("cupy") is None:
         return None
-
-    def run():
-        try:
-            import distributed.protocol.cupy  # noqa: F401
-        except Exception as e:  # noqa: BLE001  the first CuPy result raises it, where the user looks
-            logger.debug("distributed's CuPy serializers were not imported: %s", e)
-
-    thread = threading.Thread(target=run, name=WARMING, daemon=True)
-    thread.start()
-    return thread
+    return functools.partial(importlib.import_module, "distributed.protocol.cupy")

@@ -3,8 +3,8 @@
 The first dataframe task of a fresh worker paid for importing cuDF and dask-cudf, for the CUDA context and the
 allocator, and for each of cuDF's operations the first time it runs: a query's first run took 10 s where its
 second took 0.5 s. A worker that will hold cuDF partitions now does all of that in a thread beside its
-registration with the scheduler: it imports dask-cudf, writes and reads a small parquet file in its directory,
-and groups, divides, filters, joins and sorts it once, giving way to the worker's tasks between operations.
+registration with the scheduler: it imports dask-cudf, writes and reads a small parquet file in its directory and
+groups it, all before its first task, then filters, joins and sorts it, giving way to the worker's tasks.
 Workers that started before the ``gpu`` backend was set warm when a client first uses the backend
 (:func:`warm_workers`), each in a thread of its own.
 """
@@ -36,14 +36,20 @@ def _dask_cudf_installed() -> bool:
 
 
 GIVE_WAY = 30.0  # seconds a warm-up waits, in all, for a worker's tasks: after that, the rest is left undone
+READY_LIMIT = 120.0  # seconds a worker's event loop waits for cuDF's first calls, at most
 
 
-def warm(directory: str, busy=None) -> float:
-    """Import dask-cudf and run cuDF's reader and main operations once on a few rows (:func:`_steps`), giving way
-    between operations while ``busy()`` says the worker runs tasks: it starts no operation beside the tasks it is
-    for, and stops once it has waited :data:`GIVE_WAY` seconds. Returns the seconds."""
+def warm(directory: str, busy=None, ready=None) -> float:
+    """Import dask-cudf and make cuDF's first calls on a few rows in ``directory``: first the reader and group-bys
+    (:func:`_first_calls`), then ``ready()``, then filters, joins and sorts (:func:`_later_calls`), giving way between
+    operations while ``busy()`` says the worker runs tasks, and stopping once it has waited :data:`GIVE_WAY` seconds.
+    A worker takes no task before ``ready()``: a query's first read and group-by, run beside the same first calls of
+    the warm-up, took twice what they took after them. Returns the seconds."""
     start, waited = time.perf_counter(), 0.0
-    for _ in _steps(directory):
+    later = _later_calls(_first_calls(directory))
+    if ready is not None:
+        ready()
+    for _ in later:
         waited += _give_way(busy, GIVE_WAY - waited)
         if waited >= GIVE_WAY:
             logger.info("cuDF's warm-up left undone: its worker has run tasks for %.0f s", waited)
@@ -70,21 +76,24 @@ def _give_way(busy, limit: float) -> float:
     return time.perf_counter() - start
 
 
-def _steps(directory: str):
-    """cuDF's first calls, most needed first, with a pause after each: the imports, the parquet reader, group-bys
-    and the divisions of their means, filters, new columns, joins and sorts."""
+def _first_calls(directory: str):
+    """The calls a query makes first, on a few rows: the imports, the parquet reader, and group-bys on the usual
+    key types with the division of a mean's sum by its count. Returns the frame read."""
     import_cudf()
     import cudf
-    import numpy as np
 
-    yield
     frame = _read_back(directory, cudf)
-    yield
-    for key in ("k32", "k", "s"):  # the usual key types, and a mean's sum divided by its count
+    for key in ("k32", "k", "s"):
         sums, counts = frame.groupby(key).x.sum(), frame.groupby(key).x.count()
         (sums / counts).to_pandas(), (sums / counts.astype("int64")).to_pandas()
         frame.groupby(key).agg({"x": ["sum", "mean", "count", "min", "max"]}).to_pandas()
-        yield
+    return frame
+
+
+def _later_calls(frame):
+    """cuDF's other usual first calls on ``frame``, with a pause after each: filters, new columns, joins, sorts."""
+    import numpy as np
+
     kept = frame[(frame.x > -0.5) & frame.s.str.contains("b") | (frame.t.dt.year > 1970) | frame.k.isin([1, 2])
                  | frame.s.str.startswith("a") | (frame.t <= np.datetime64("1970-01-01T00:10", "us"))]
     kept = kept.assign(y=kept.x / (kept.k + 1),  # cuDF checks a divisor with CuPy's kernels, of its dtype:
@@ -99,6 +108,7 @@ def _steps(directory: str):
     kept.groupby("t").k.nunique().to_pandas()
     kept[["k", "head"]].drop_duplicates().to_pandas()
     float(kept.x.sum()), float(kept.z.max()), kept.t.min()
+    yield
 
 
 def _read_back(directory: str, cudf):
@@ -121,37 +131,31 @@ def _read_back(directory: str, cudf):
             os.remove(path)
 
 
-def warm_worker(dask_worker) -> float:
+def warm_worker(dask_worker, ready=None) -> float:
     """:func:`warm` in ``dask_worker``'s directory, giving way to its tasks; a failure is a warning and 0 seconds:
     the worker starts all the same, and its first dataframe task meets the error again, where the user looks."""
     try:
-        return warm(dask_worker.local_directory, busy=lambda: dask_worker.state.executing_count > 0)
+        return warm(dask_worker.local_directory, busy=lambda: dask_worker.state.executing_count > 0, ready=ready)
     except Exception as e:  # noqa: BLE001
         logger.warning("worker %s did not warm cuDF: %s", dask_worker.name, e)
         return 0.0
 
 
-def warm_client(dask_cudf) -> threading.Thread:
-    """The ``gpu`` backend's dask-cudf imported in this process (by calling ``dask_cudf``), its CUDA context made,
-    and the usual operations planned once (:func:`plan_usual`), in a thread of their own: what the first dataframe
-    calls of a client here pay otherwise, done while a cluster starts its workers. A failure is left to the first
-    call to report."""
+def client_warm_up(dask_cudf):
+    """What the first dataframe calls of a client pay otherwise, for a cluster to run in this process while its
+    workers start: the ``gpu`` backend's dask-cudf imported (by calling ``dask_cudf``), the CUDA context made, and
+    the usual operations planned once (:func:`plan_usual`)."""
 
     def run():
-        try:
-            dask_cudf()
-            import cudf
+        dask_cudf()
+        import cudf
 
-            start = time.perf_counter()
-            for collection in plan_usual(cudf.DataFrame):
-                collection.optimize()
-            logger.debug("the client's cuDF warmed in %.2f s", time.perf_counter() - start)
-        except Exception as e:  # noqa: BLE001  the first dataframe call raises it, where the user looks
-            logger.debug("the client's cuDF was not warmed: %s", e)
+        start = time.perf_counter()
+        for collection in plan_usual(cudf.DataFrame):
+            collection.optimize()
+        logger.debug("the client's cuDF warmed in %.2f s", time.perf_counter() - start)
 
-    thread = threading.Thread(target=run, name=WARMING, daemon=True)
-    thread.start()
-    return thread
+    return run
 
 
 def plan_usual(frame_type) -> list:
@@ -225,20 +229,22 @@ def warm_workers() -> None:
 
 def warm_if_cold(dask_worker) -> bool:
     """On a GPU worker that did not warm cuDF as it started (its plugin says so), with a real device and dask-cudf:
-    cuDF imported now, in the worker's event loop, which reads no task meanwhile (a task importing cuDF's modules
-    beside another thread gets half-made ones), then :func:`warm` in a thread of its own; True. False elsewhere."""
+    :func:`warm_worker` in a thread of its own, this call returning once its first calls are made (the worker's
+    event loop, which runs it, reads no task meanwhile: a task importing cuDF's modules beside another thread gets
+    half-made ones); True. False elsewhere."""
     plugin = next((p for p in dask_worker.plugins.values() if hasattr(p, "warm_cudf")), None)
     if plugin is None or plugin.warm_cudf or plugin.device.get("simulated") or not _dask_cudf_installed():
         return False
     plugin.warm_cudf = True
-    try:
-        import_cudf()
-    except Exception as e:  # noqa: BLE001  the first dataframe task meets it again, where the user looks
-        logger.warning("worker %s did not import cuDF: %s", dask_worker.name, e)
-        return False
+    ready = threading.Event()
 
     def run():
-        plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm_worker(dask_worker)
+        try:
+            plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm_worker(dask_worker, ready=ready.set)
+        finally:
+            ready.set()
 
     threading.Thread(target=run, name=WARMING, daemon=True).start()
+    if not ready.wait(READY_LIMIT):
+        logger.warning("worker %s reads its messages before cuDF's first calls are made", dask_worker.name)
     return True
