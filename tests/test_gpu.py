@@ -37,7 +37,8 @@ def test_one_worker_per_gpu(client):
     gpus = [d for d in discover().devices]
     workers = internals.scheduler_identity(client)["workers"].values()
     assert len(workers) == sum(len(g.mig) or 1 for g in gpus)
-    assert all(w["resources"] == {"GPU": 1} and w["nthreads"] == 1 for w in workers)
+    threads = dask.config.get("gpu.nthreads")  # two: one task's reads and copies beside another's kernels
+    assert threads == 2 and all(w["resources"] == {"GPU": 1} and w["nthreads"] == threads for w in workers)
 
 
 def test_each_worker_sees_its_own_device(client):
