@@ -18,6 +18,7 @@ from distributed.core import Status
 
 from dask_gpu import internals
 from dask_gpu.array import start as arrays
+from dask_gpu.dataframe import start as dataframes
 from dask_gpu.imports import cancel, when_imported
 from dask_gpu.kernel_cache import use_kernel_cache
 
@@ -77,12 +78,10 @@ class GPUWorker(WorkerPlugin):
         """dask.array and CuPy ready (:mod:`dask_gpu.array.start`), and cuDF where asked, beside the worker's
         registration; ``ready`` set once the imports, and cuDF's first calls, are done, ``warmed_seconds`` once all
         is."""
-        from dask_gpu.dataframe import start
-
         try:
             seconds = arrays.warm(bool(self.device.get("simulated")))
             if self.warm_cudf:
-                seconds += start.warm_worker(worker, ready=self.ready.set)
+                seconds += dataframes.warm_worker(worker, ready=self.ready.set)
             self.warmed_seconds = seconds  # shown by dask gpu bench
         except Exception as e:  # noqa: BLE001  a task that needs it raises it, where the user looks
             logger.warning("worker %s did not get arrays ready as it started: %r", worker.name, e)
@@ -128,7 +127,7 @@ class WarmFirst(WorkerPlugin):
     """
 
     name = "dask-gpu-warm-first"
-    LIMIT = 120.0  # seconds: past this, the worker reads its messages and the warm-up goes on
+    LIMIT = dataframes.READY_LIMIT  # seconds: past this, the worker reads its messages and the warm-up goes on
 
     def setup(self, worker):
         plugin = worker.plugins.get(GPUWorker.name)
