@@ -11,6 +11,7 @@ import importlib.abc
 import importlib.util
 import logging
 import sys
+import threading
 
 
 def when_imported(name: str, callback) -> None:
@@ -27,19 +28,27 @@ def when_imported(name: str, callback) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback`` as its module is executed, then leaves ``sys.meta_path``. A lookup that executes nothing
+    (``importlib.util.find_spec``, as code that asks whether a library is installed does) leaves it in place."""
+
     def __init__(self, name: str, callback):
         self.name, self.callback = name, callback
+        self._looking = threading.local()  # this thread asks the other finders: stand aside
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
+        if fullname != self.name or getattr(self._looking, "now", False):
             return None
-        sys.meta_path.remove(self)  # once; and let the other finders find the real module
-        spec = importlib.util.find_spec(fullname)
+        self._looking.now = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking.now = False
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             run = spec.loader.exec_module
 
             def exec_module(module):
                 run(module)
+                self._leave()
                 try:
                     self.callback(module)
                 except Exception:  # never break the user's import
@@ -47,6 +56,12 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
             spec.loader.exec_module = exec_module
         return spec
+
+    def _leave(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:  # cancelled meanwhile
+            pass
 
 
 def cancel(callback) -> bool:
