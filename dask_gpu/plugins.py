@@ -66,45 +66,78 @@ class GPUWorker(WorkerPlugin):
         if self.cudf_spill[0]:
             spill_cudf(*self.cudf_spill)
         import_modules(self.pre_import, worker)
-        self.ready = threading.Event()
-        self.warming = threading.Thread(target=self._warm, args=(worker,), name=arrays.WARMING, daemon=True)
-        self.warming.start()
+        self._start_warming(worker, with_arrays=True)
         stats.export(worker)
         if hasattr(worker.data, "on_lost"):  # the device tier's store: a lost spill file is recomputed
             worker.data.on_lost = functools.partial(worker.loop.add_callback, forget_lost_key, worker)
         await WarmFirst.give(worker)
 
-    def _warm(self, worker):
-        """dask.array and CuPy ready (:mod:`dask_gpu.array.start`), and cuDF where asked, beside the worker's
-        registration; ``ready`` set once the imports, and cuDF's first calls, are done, ``warmed_seconds`` once all
-        is."""
+    def warm_cudf_now(self, worker) -> None:
+        """Warm cuDF on a worker that started without (the ``gpu`` backend was set after): in a thread, as at the
+        start, returning once cuDF's first calls are made (:meth:`wait_ready`). The caller runs in the worker's
+        event loop, which reads no task meanwhile."""
+        self.warm_cudf = True
+        self._start_warming(worker, with_arrays=False)
+        self.wait_ready(worker)
+
+    def wait_ready(self, worker) -> None:
+        """Wait until the warm-up says the worker may read its messages; past
+        :data:`~dask_gpu.dataframe.start.READY_LIMIT` seconds, say so and go on: the warm-up goes on beside."""
+        if self.ready is not None and not self.ready.wait(dataframes.READY_LIMIT):
+            logger.warning("worker %s reads its messages before its warm-up is ready", worker.name)
+
+    def _start_warming(self, worker, with_arrays: bool) -> None:
+        self.ready = threading.Event()
+        name = arrays.WARMING if with_arrays else dataframes.WARMING
+        self.warming = threading.Thread(target=self._warm, args=(worker, with_arrays), name=name, daemon=True)
+        self.warming.start()
+
+    def _warm(self, worker, with_arrays: bool):
+        """dask.array and CuPy ready (:mod:`dask_gpu.array.start`) where asked, and cuDF where it warms cuDF;
+        ``ready`` set once the imports, and cuDF's first calls, are done, ``warmed_seconds`` added to once all is."""
         try:
-            seconds = arrays.warm(bool(self.device.get("simulated")))
+            seconds = 0.0
+            if with_arrays:
+                simulated = bool(self.device.get("simulated"))
+                seconds += arrays.warm(simulated, on_context=lambda: self._prepare_rmm(worker))
             if self.warm_cudf:
                 seconds += dataframes.warm_worker(worker, ready=self.ready.set)
-            self.warmed_seconds = seconds  # shown by dask gpu bench
+            self.warmed_seconds = (self.warmed_seconds or 0.0) + seconds  # shown by dask gpu bench
         except Exception as e:  # noqa: BLE001  a task that needs it raises it, where the user looks
-            logger.warning("worker %s did not get arrays ready as it started: %r", worker.name, e)
+            logger.warning("worker %s did not finish its warm-up: %r", worker.name, e)
         finally:
             self.ready.set()
 
     def _prepare_allocator(self, worker):
         """The allocator, with spilling on allocation failure, before the first allocation.
 
-        CuPy's default pool is prepared when CuPy is first imported, and RMM (cuDF's allocator)
-        when RMM is, so that a worker that never uses them never pays for importing them; an
+        CuPy's default pool is prepared when CuPy is first imported, so that a worker that never uses it never pays
+        for importing it, and RMM for cuDF once the warm-up has made the CUDA context (:meth:`_prepare_rmm`); an
         RMM allocator, which serves both, is set up now.
         """
-        from dask_gpu.memory.allocator import setup_allocator, setup_rmm_for_libraries
+        from dask_gpu.memory.allocator import setup_allocator
 
-        spill = getattr(worker.data, "spill", lambda nbytes: 0)
-        describe = getattr(worker.data, "describe", lambda: "no device tier (device_memory_limit=0)")
         if self.allocator.lazy:
-            when_imported("cupy", lambda _: setup_allocator(self.allocator, spill, describe))
-            ipc = worker.address.startswith("ucx")  # ucx:// and ucxx://: CUDA IPC over NVLink
-            when_imported("rmm", lambda _: setup_rmm_for_libraries(self.allocator, spill, ipc))
+            when_imported("cupy", lambda _: setup_allocator(self.allocator, *self._spill(worker)))
         else:
-            setup_allocator(self.allocator, spill, describe)
+            setup_allocator(self.allocator, *self._spill(worker))
+
+    def _prepare_rmm(self, worker):
+        """RMM for cuDF, where the allocator serves CuPy alone: once RMM is imported (distributed imports it where
+        installed). Its resource makes the CUDA context where there is none, holding the GIL for 0.2 s, so the
+        warm-up calls this once it has made the context beside its imports."""
+        if self.allocator is None or not self.allocator.lazy or self.device.get("simulated"):
+            return
+        from dask_gpu.memory.allocator import setup_rmm_for_libraries
+
+        ipc = worker.address.startswith("ucx")  # ucx:// and ucxx://: CUDA IPC over NVLink
+        when_imported("rmm", lambda _: setup_rmm_for_libraries(self.allocator, self._spill(worker)[0], ipc))
+
+    @staticmethod
+    def _spill(worker):
+        """What frees the worker's device memory, and what says what it holds there."""
+        return (getattr(worker.data, "spill", lambda nbytes: 0),
+                getattr(worker.data, "describe", lambda: "no device tier (device_memory_limit=0)"))
 
     def info(self) -> dict:
         return {
@@ -127,13 +160,11 @@ class WarmFirst(WorkerPlugin):
     """
 
     name = "dask-gpu-warm-first"
-    LIMIT = dataframes.READY_LIMIT  # seconds: past this, the worker reads its messages and the warm-up goes on
 
     def setup(self, worker):
         plugin = worker.plugins.get(GPUWorker.name)
-        ready = getattr(plugin, "ready", None)
-        if ready is not None and not ready.wait(self.LIMIT):
-            logger.warning("worker %s reads its messages before its warm-up is ready", worker.name)
+        if plugin is not None:
+            plugin.wait_ready(worker)
 
     @classmethod
     async def give(cls, worker, timeout: float = 5.0):

@@ -15,15 +15,113 @@ from dask_gpu.plugins import WarmFirst
 
 
 def test_a_simulated_device_imports_dask_array_and_no_cupy(monkeypatch):
+    import dask.array  # noqa: F401  imported here, where its own optional imports look for CuPy
+
     looked = []
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: looked.append(name))
     assert start.warm(simulated=True) >= 0 and "dask.array" in sys.modules
-    assert looked == []  # CuPy is not even looked for
+    assert looked == []  # the warm-up does not even look for CuPy
 
 
 def test_a_real_device_without_cupy_is_left_alone(monkeypatch):
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: None)
     assert start.warm(simulated=False) >= 0
+
+
+@pytest.fixture
+def stand_in_cupy(monkeypatch):
+    """A CuPy whose context, first allocation and serializers say when they come, in ``calls``: the context from a
+    thread of its own."""
+    import threading
+    import types
+
+    calls = []
+    made = threading.Event()
+
+    def free(pointer):
+        made.wait(10)  # until the test lets the driver finish
+        calls.append(("context", threading.current_thread().name))
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(free=free))
+    cupy.empty = lambda n: calls.append("allocation")
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "distributed.protocol.cupy", types.ModuleType("distributed.protocol.cupy"))
+    monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: object())
+    return calls, made
+
+
+def test_the_context_is_made_beside_the_imports_and_what_needs_it_runs_before_the_first_allocation(stand_in_cupy):
+    calls, made = stand_in_cupy
+
+    def on_context():
+        calls.append("on context")
+
+    import threading
+
+    threading.Timer(0.2, made.set).start()  # the driver takes a while; the imports do not wait for it
+    assert start.warm(simulated=False, on_context=on_context) >= 0.2
+    assert calls == [("context", start.CONTEXT), "on context", "allocation"]
+
+
+def test_what_needs_the_context_runs_even_where_the_imports_fail(stand_in_cupy, monkeypatch):
+    calls, made = stand_in_cupy
+    made.set()
+    monkeypatch.setitem(sys.modules, "dask.array", None)  # import dask.array raises
+    with pytest.raises(ImportError):
+        start.warm(simulated=False, on_context=lambda: calls.append("on context"))
+    assert calls == [("context", start.CONTEXT), "on context"]
+
+
+STAND_IN_CUPY = textwrap.dedent("""
+    import types
+
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(free=lambda pointer: None))
+
+
+    def empty(n):
+        return None
+""")
+
+
+def test_what_waits_for_cupy_s_import_runs_when_the_warm_up_imports_it(tmp_path, monkeypatch):
+    """The warm-up asks whether CuPy is installed before it imports it: the preparations waiting for CuPy's import
+    (its allocator, what it compiles) run all the same (a worker whose warm-up lost them compiled CUB's kernels in
+    its first group-by, 19 s)."""
+    import types
+
+    from dask_gpu.imports import cancel, when_imported
+
+    (tmp_path / "cupy.py").write_text(STAND_IN_CUPY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)  # the real one, where installed, comes back after
+    monkeypatch.setitem(sys.modules, "distributed.protocol.cupy", types.ModuleType("distributed.protocol.cupy"))
+    prepared = []
+
+    def prepare(module):
+        prepared.append(module.__file__)
+
+    when_imported("cupy", prepare)
+    try:
+        start.warm(simulated=False)
+    finally:
+        cancel(prepare)
+    assert prepared == [str(tmp_path / "cupy.py")]
+
+
+def test_a_context_that_fails_is_left_to_the_first_allocation(monkeypatch):
+    import threading
+    import types
+
+    def free(pointer):
+        raise RuntimeError("cudaErrorNoDevice")
+
+    traces = []
+    monkeypatch.setattr(threading, "excepthook", traces.append)
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(free=free)))
+    thread = start.make_context(cupy)
+    thread.join(10)
+    assert not thread.is_alive() and traces == []  # no trace printed from the thread
 
 
 def warmed(dask_worker):
@@ -49,7 +147,7 @@ def test_a_worker_s_setup_does_not_wait_for_its_arrays(monkeypatch):
 
     release, calls = threading.Event(), []
 
-    def slow_warm(simulated):
+    def slow_warm(simulated, on_context=None):
         calls.append(simulated)
         release.wait(30)
         return 1.5
@@ -73,6 +171,35 @@ def test_the_client_s_warm_up_imports_cupy_s_serializers_where_cupy_is_installed
     assert imported == ["distributed.protocol.cupy"]
 
 
+CONTEXT_WITHOUT_THE_GIL = textwrap.dedent("""
+    import time
+    import cupy
+    from dask_gpu.array import start
+
+    began = time.perf_counter()
+    thread = start.make_context(cupy)
+    last, held = began, 0.0
+    while thread.is_alive():  # a pause longer than a few switch intervals: the other thread held the GIL
+        now = time.perf_counter()
+        held += now - last if now - last > 0.002 else 0.0
+        last = now
+    took = time.perf_counter() - began
+    cupy.empty(1)
+    print(took, held)
+""")
+
+
+@pytest.mark.gpu
+def test_the_driver_makes_the_context_while_this_thread_goes_on(tmp_path):
+    """A new process, whose context is not made yet: a thread beside the context's is held up for a small part of
+    the time the context takes."""
+    (tmp_path / "context.py").write_text(CONTEXT_WITHOUT_THE_GIL)
+    done = subprocess.run([sys.executable, str(tmp_path / "context.py")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    took, held = map(float, done.stdout.split())
+    assert took > 0.02 and held < 0.25 * took, (took, held)  # a thread that holds it: 0.5 or more
+
+
 @pytest.mark.gpu
 def test_a_gpu_worker_makes_its_cuda_context_as_it_starts():
     import cupy
@@ -85,7 +212,7 @@ FIRST_TASK = textwrap.dedent("""
     import time
     from dask_gpu.array import start
 
-    def slow_warm(simulated):  # set in each worker too: its process runs this script's top again
+    def slow_warm(simulated, on_context=None):  # set in each worker too: its process runs this script's top again
         time.sleep(1.5)
         start.ORDER.append("imported")
         return 0.5

@@ -364,11 +364,13 @@ def test_the_usual_operations_are_planned_and_right_on_pandas_partitions():
     assert latest == pd.Timestamp("1970-03-05")  # the 64th day, kept as its string ends with "h"
 
 
-class Plugin:
-    """What a GPU worker's plugin says of it, for :func:`start.warm_if_cold`."""
+def gpu_plugin(warm_cudf=False, simulated=False):
+    """A GPU worker's plugin, whose warm-up so far took a second."""
+    from dask_gpu.plugins import GPUWorker
 
-    def __init__(self, warm_cudf=False, simulated=False):
-        self.warm_cudf, self.device, self.warmed_seconds = warm_cudf, {"simulated": simulated}, 1.0
+    plugin = GPUWorker({"index": 0, "simulated": simulated}, 0, warm_cudf=warm_cudf)
+    plugin.warmed_seconds = 1.0
+    return plugin
 
 
 def test_a_worker_that_started_cold_makes_cudf_s_first_calls_in_the_call_and_the_rest_in_a_thread(monkeypatch,
@@ -386,7 +388,7 @@ def test_a_worker_that_started_cold_makes_cudf_s_first_calls_in_the_call_and_the
 
     monkeypatch.setattr(start, "warm", warm)
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
-    cold, warm_plugin, simulated = Plugin(), Plugin(warm_cudf=True), Plugin(simulated=True)
+    cold, warm_plugin, simulated = gpu_plugin(), gpu_plugin(warm_cudf=True), gpu_plugin(simulated=True)
 
     def worker(plugin):
         return types.SimpleNamespace(plugins={"dask-gpu": plugin} if plugin else {}, local_directory=str(tmp_path),
@@ -401,7 +403,7 @@ def test_a_worker_that_started_cold_makes_cudf_s_first_calls_in_the_call_and_the
     assert cold.warmed_seconds == 1.5
     assert not any(start.warm_if_cold(worker(p)) for p in (cold, warm_plugin, simulated, None))
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: False)
-    assert start.warm_if_cold(worker(Plugin())) is False and len(warmed) == 1
+    assert start.warm_if_cold(worker(gpu_plugin())) is False and len(warmed) == 1
 
 
 def test_a_cold_worker_that_cannot_import_cudf_says_so_and_the_call_returns(monkeypatch, tmp_path, caplog):
@@ -412,7 +414,7 @@ def test_a_cold_worker_that_cannot_import_cudf_says_so_and_the_call_returns(monk
 
     monkeypatch.setattr(start, "import_cudf", failing)
     monkeypatch.setattr(start, "_dask_cudf_installed", lambda: True)
-    worker = types.SimpleNamespace(plugins={"dask-gpu": Plugin()}, local_directory=str(tmp_path), name="gpu-0",
+    worker = types.SimpleNamespace(plugins={"dask-gpu": gpu_plugin()}, local_directory=str(tmp_path), name="gpu-0",
                                    state=types.SimpleNamespace(executing_count=0))
     with caplog.at_level("WARNING", logger="dask_gpu"):
         assert start.warm_if_cold(worker) is True  # it tried: not again

@@ -556,8 +556,30 @@ def test_a_worker_that_talks_ucx_gives_cudf_memory_that_ucx_maps(fake_rmm, addre
     from dask_gpu.plugins import GPUWorker
 
     plugin = GPUWorker({"index": 0}, 0, allocator=resolve_allocator("pool", device_memory=DEVICE))
-    plugin._prepare_allocator(types.SimpleNamespace(address=address, data=object()))  # RMM is imported: now
+    worker = types.SimpleNamespace(address=address, data=object())
+    plugin._prepare_allocator(worker)
+    assert fake_rmm.current is None  # RMM waits for the warm-up's context, which it would make holding the GIL
+    plugin._prepare_rmm(worker)  # RMM is imported: now
     assert chain(fake_rmm.current)[1] == base and isinstance(fake_rmm.cupy.allocator, SpillingAllocator)
+
+
+def test_the_warm_up_sets_rmm_up_once_it_has_made_the_context(fake_rmm, monkeypatch):
+    from dask_gpu.array import start
+    from dask_gpu.plugins import GPUWorker
+
+    seen = []
+
+    def warm(simulated, on_context=None):
+        seen.append(fake_rmm.current)  # nothing yet: the context comes first
+        on_context()
+        seen.append(type(fake_rmm.current).__name__)
+        return 0.5
+
+    monkeypatch.setattr(start, "warm", warm)
+    plugin = GPUWorker({"index": 0}, 0, allocator=resolve_allocator("pool", device_memory=DEVICE))
+    plugin.ready = threading.Event()
+    plugin._warm(types.SimpleNamespace(address="tcp://10.0.0.1:4321", data=object(), name="gpu-0"), with_arrays=True)
+    assert seen == [None, "FailureCallbackResourceAdaptor"] and plugin.warmed_seconds == 0.5 and plugin.ready.is_set()
 
 
 def test_setup_rmm_routes_torch(fake_rmm):

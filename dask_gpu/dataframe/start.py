@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
 import time
 import weakref
 
@@ -36,7 +35,7 @@ def _dask_cudf_installed() -> bool:
 
 
 GIVE_WAY = 30.0  # seconds a warm-up waits, in all, for a worker's tasks: after that, the rest is left undone
-READY_LIMIT = 120.0  # seconds a worker's event loop waits for its warm-up's first part, at most (WarmFirst too)
+READY_LIMIT = 120.0  # seconds a worker's event loop waits for its warm-up's first part, at most
 
 
 def warm(directory: str, busy=None, ready=None) -> float:
@@ -229,22 +228,10 @@ def warm_workers() -> None:
 
 def warm_if_cold(dask_worker) -> bool:
     """On a GPU worker that did not warm cuDF as it started (its plugin says so), with a real device and dask-cudf:
-    :func:`warm_worker` in a thread of its own, this call returning once its first calls are made (the worker's
-    event loop, which runs it, reads no task meanwhile: a task importing cuDF's modules beside another thread gets
-    half-made ones); True. False elsewhere."""
+    its plugin's warm-up of cuDF, this call returning once cuDF's first calls are made (``warm_cudf_now``); True.
+    False elsewhere."""
     plugin = next((p for p in dask_worker.plugins.values() if hasattr(p, "warm_cudf")), None)
     if plugin is None or plugin.warm_cudf or plugin.device.get("simulated") or not _dask_cudf_installed():
         return False
-    plugin.warm_cudf = True
-    ready = threading.Event()
-
-    def run():
-        try:
-            plugin.warmed_seconds = (plugin.warmed_seconds or 0) + warm_worker(dask_worker, ready=ready.set)
-        finally:
-            ready.set()
-
-    threading.Thread(target=run, name=WARMING, daemon=True).start()
-    if not ready.wait(READY_LIMIT):
-        logger.warning("worker %s reads its messages before cuDF's first calls are made", dask_worker.name)
+    plugin.warm_cudf_now(dask_worker)
     return True
