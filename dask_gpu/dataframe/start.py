@@ -58,13 +58,10 @@ def warm(directory: str, busy=None, ready=None) -> float:
     return seconds
 
 
-def import_cudf() -> float:
-    """Import cuDF and dask-cudf; returns the seconds."""
-    start = time.perf_counter()
+def import_cudf() -> None:
+    """Import cuDF and dask-cudf."""
     import cudf  # noqa: F401
     import dask_cudf  # noqa: F401  registers cuDF with dask's dispatches, which every task looks up
-
-    return time.perf_counter() - start
 
 
 def _give_way(busy, limit: float) -> float:
