@@ -41,6 +41,7 @@ class GPUWorker(WorkerPlugin):
     """
 
     name = "dask-gpu"
+    READY_LIMIT = 120.0  # seconds a worker's event loop waits for its warm-up's first part, at most
 
     def __init__(self, device: dict, device_memory_limit: int, cpu_affinity=(), pre_import=(), allocator=None,
                  cudf_spill=(False, 0), warm_cudf=False):
@@ -81,9 +82,9 @@ class GPUWorker(WorkerPlugin):
         self.wait_ready(worker)
 
     def wait_ready(self, worker) -> None:
-        """Wait until the warm-up says the worker may read its messages; past
-        :data:`~dask_gpu.dataframe.start.READY_LIMIT` seconds, say so and go on: the warm-up goes on beside."""
-        if self.ready is not None and not self.ready.wait(dataframes.READY_LIMIT):
+        """Wait until the warm-up says the worker may read its messages; past ``READY_LIMIT`` seconds, say so
+        and go on: the warm-up goes on beside."""
+        if self.ready is not None and not self.ready.wait(self.READY_LIMIT):
             logger.warning("worker %s reads its messages before its warm-up is ready", worker.name)
 
     def _start_warming(self, worker, with_arrays: bool) -> None:

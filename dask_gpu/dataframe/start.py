@@ -35,7 +35,6 @@ def _dask_cudf_installed() -> bool:
 
 
 GIVE_WAY = 30.0  # seconds a warm-up waits, in all, for a worker's tasks: after that, the rest is left undone
-READY_LIMIT = 120.0  # seconds a worker's event loop waits for its warm-up's first part, at most
 
 
 def warm(directory: str, busy=None, ready=None) -> float:
